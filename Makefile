@@ -1,0 +1,43 @@
+# Two entry points on a fresh clone: `make demo` and `make test`. Every install step lives here.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch installs from local disk in seconds; an unpinned torch pulls a multi-GB
+# CUDA build. The package itself only asks for a range (torch>=2.4).
+TORCH_PIN := torch==2.13.0
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+
+.PHONY: demo test lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e '.[math]'
+	touch $@
+
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(PLUGINS)
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet -e '.[dev,all]'
+	$(if $(PLUGINS),$(BIN)/pip install --quiet $(foreach p,$(PLUGINS),-e $(dir $(p))))
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	@mkdir -p out
+	$(BIN)/rewardkit score examples/gsm8k_rollouts.jsonl -o out/gsm8k_scored.jsonl
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(VENV)/.installed-dev
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache

@@ -1,0 +1,209 @@
+"""The reward-manager contract, and the routing and combining every manager shares."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rewardkit.errors import SampleError, UnknownNameError
+from rewardkit.executors.base import ScoreTask
+from rewardkit.result import SampleResult
+from rewardkit.scoring import SINGLE_FIELDS, ScorerSpec, load_function, signature_of
+
+if TYPE_CHECKING:
+    from rewardkit.backends.base import RMBackend
+    from rewardkit.batch import Sample
+    from rewardkit.config import RewardConfig
+    from rewardkit.executors.base import Executor
+    from rewardkit.plugins import Registries
+
+
+@dataclass
+class ManagerContext:
+    """What a reward manager works with: config, registries, the executor and the RM backend (if any)."""
+
+    config: RewardConfig
+    registries: Registries
+    executor: Executor
+    backend: RMBackend | None = None
+    _custom: ScorerSpec | None = field(default=None, init=False, repr=False)
+    _specs: dict[str, ScorerSpec] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        crf = self.config.custom_reward_function
+        if crf.path:
+            fn, ref = load_function(crf.path, crf.name)
+            self._custom = ScorerSpec(crf.name, fn, ref, provider="custom_reward_function").with_kwargs(
+                crf.reward_kwargs
+            )
+
+    @property
+    def custom_scorer(self) -> ScorerSpec | None:
+        """The user's ``custom_reward_function``, which overrides data-source routing."""
+        return self._custom
+
+    def scorer(self, name: str, kwargs: dict[str, Any] | None = None) -> ScorerSpec:
+        """A registered scorer by name, with configured keyword arguments applied."""
+        spec = self.registries.scorers.get(name)
+        return spec.with_kwargs(kwargs) if kwargs else spec
+
+    def route(self, sample: Sample) -> ScorerSpec | None:
+        """The scorer for one sample: the custom function, else by ``data_source``, else the default.
+
+        Returns ``None`` when no scorer applies but a reward model is enabled (the RM alone scores
+        it). Raises :class:`SampleError` naming the sample and its data source otherwise.
+        """
+        if self._custom is not None:
+            return self._custom
+        ds = sample.data_source
+        name = self.registries.scorers.name_for(ds) if ds is not None else None
+        if name is None:
+            name = self.config.default_scorer
+        if name is None:
+            if self.backend is not None:
+                return None
+            known = self.registries.scorers.data_sources()
+            if ds is None:
+                raise SampleError(
+                    sample.index,
+                    "data_source",
+                    "missing, and no custom_reward_function or default_scorer is configured to score it",
+                )
+            err = UnknownNameError("data source", ds, known, self.registries.scorers.hint)
+            raise SampleError(
+                sample.index,
+                "data_source",
+                f"{err} Set reward.default_scorer or reward.custom_reward_function to score it anyway.",
+            )
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = self._specs[name] = self.registries.scorers.get(name)
+        return spec
+
+
+def _freeze(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=repr)
+
+
+def dedup_key(spec: ScorerSpec, sample: Sample) -> tuple:
+    """Identity of a scorer call: the scorer and the sample fields it actually reads."""
+    params = signature_of(spec.fn).params
+    if "sample" in params or signature_of(spec.fn).var_kwargs:
+        fields: Sequence[str] = ("prompt", "response", "ground_truth", "data_source", "extra_info", "uid")
+    else:
+        fields = [f for f in SINGLE_FIELDS if f in params]
+    return (
+        spec.name,
+        spec.ref,
+        tuple(_freeze(getattr(sample, "response" if f == "solution_str" else f)) for f in fields),
+    )
+
+
+async def run_tasks(context: ManagerContext, tasks: Sequence[ScoreTask]) -> list[SampleResult]:
+    """Run scorer tasks through the executor, scoring identical calls once when ``dedup`` is on."""
+    if not context.config.dedup or len(tasks) < 2:
+        return await context.executor.run(tasks)
+    first: dict[tuple, int] = {}
+    unique: list[ScoreTask] = []
+    slot: list[int] = []
+    for t in tasks:
+        k = dedup_key(t.spec, t.sample)
+        if k not in first:
+            first[k] = len(unique)
+            unique.append(t)
+        slot.append(first[k])
+    results = await context.executor.run(unique)
+    out = []
+    for i, s in enumerate(slot):
+        r = results[s]
+        out.append(r if i == first[dedup_key(tasks[i].spec, tasks[i].sample)] else _copy(r))
+    return out
+
+
+def _copy(r: SampleResult) -> SampleResult:
+    return SampleResult(r.score, r.status, r.reason, r.error, dict(r.extra), dict(r.components))
+
+
+def combine(parts: Sequence[tuple[str, float, SampleResult]]) -> SampleResult:
+    """Weighted sum of components ``(name, weight, result)`` for one sample.
+
+    Abstaining components are left out of the sum (not counted as 0); weight-0 components are
+    kept as metrics only; a failed component fails the sample (with several components, reason
+    ``component_failed`` naming it). Every component's value is kept in ``components`` (a
+    component's own sub-components too) and extras are merged, first writer wins.
+    """
+    components: dict[str, float | None] = {}
+    extra: dict[str, Any] = {}
+    total = 0.0
+    counted = 0
+    failed: list[tuple[str, SampleResult]] = []
+    for name, weight, r in parts:
+        components[name] = r.score
+        for k, v in r.components.items():
+            components.setdefault(k, v)
+        for k, v in r.extra.items():
+            extra.setdefault(k, v)
+        if r.status == "failed":
+            failed.append((name, r))
+        elif r.status == "ok" and weight != 0:
+            total += weight * r.score  # type: ignore[operator]
+            counted += 1
+    if len(failed) == 1 and len(parts) == 1:
+        out = SampleResult.failed(failed[0][1].reason or "error", failed[0][1].error or "", **extra)
+    elif failed:
+        out = SampleResult.failed(
+            "component_failed", "; ".join(f"{n}: {r.reason}: {r.error}" for n, r in failed), **extra
+        )
+    elif counted == 0:
+        out = SampleResult.abstained(**extra)
+    else:
+        out = SampleResult(total, "ok", extra=extra)
+    out.components = components
+    return out
+
+
+class RewardManager(ABC):
+    """Scores a batch of samples. Built with ``cls(context, **kwargs)``; kwargs from ``reward_manager.kwargs``.
+
+    Subclasses implement :meth:`score_rules` (the rule-based part); :meth:`ascore` adds the reward
+    model's score as component ``"rm"`` when one is enabled.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, context: ManagerContext, **kwargs: Any):
+        if kwargs:
+            raise TypeError(
+                f"reward manager {self.name or type(self).__name__!r} takes no options, got {', '.join(sorted(kwargs))}"
+            )
+        self.context = context
+
+    @abstractmethod
+    async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
+        """Rule-based results, one per sample; ``None`` where no rule scorer applies (RM only)."""
+
+    async def ascore(self, samples: Sequence[Sample]) -> list[SampleResult]:
+        """Score a batch: rules, plus the reward model when enabled, combined per sample."""
+        if not samples:
+            return []
+        backend = self.context.backend
+        rule_results = await self.score_rules(samples)
+        if backend is None:
+            return rule_results  # type: ignore[return-value]
+        rm_results = await backend.ascore(samples)
+        weight = self.context.config.reward_model.weight
+        out = []
+        for rule, rm in zip(rule_results, rm_results, strict=True):
+            parts = [("rm", weight, rm)] if rule is None else [("rule", 1.0, rule), ("rm", weight, rm)]
+            out.append(combine(parts))
+        return out
+
+    async def aclose(self) -> None:
+        """Free what the manager holds (the engine closes executor and backend itself)."""

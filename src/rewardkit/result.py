@@ -1,0 +1,228 @@
+"""Results: one :class:`SampleResult` per input sample, gathered into a :class:`RewardResult`."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["ok", "abstained", "failed"]
+
+#: Failure reasons used by the built-in executors and backends. Plugins may add their own.
+FAILURE_REASONS = (
+    "error",  # the scorer raised
+    "timeout",  # the scorer passed its deadline and was stopped
+    "crash",  # the worker process running it died
+    "invalid_return",  # the scorer returned something that is not a score
+    "input_too_large",  # the response exceeded max_input_chars
+    "unparseable",  # a judge answered something no parser understood
+    "http",  # a judge / remote RM request failed for good
+    "circuit_open",  # the judge server was declared dead; not even tried
+    "component_failed",  # a component of a composite score failed
+)
+
+
+@dataclass
+class SampleResult:
+    """The outcome for one sample.
+
+    ``score`` is a float when ``status == "ok"`` and ``None`` otherwise; ``reason`` and ``error``
+    explain a failure; ``extra`` holds per-sample side information (e.g. ``acc``, ``pred``,
+    judge text); ``components`` holds per-component scores before weighting.
+    """
+
+    score: float | None
+    status: Status = "ok"
+    reason: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, score: float, **extra: Any) -> SampleResult:
+        """A successful result."""
+        return cls(score=float(score), status="ok", extra=dict(extra))
+
+    @classmethod
+    def abstained(cls, **extra: Any) -> SampleResult:
+        """The scorer had no opinion on this sample."""
+        return cls(score=None, status="abstained", extra=dict(extra))
+
+    @classmethod
+    def failed(cls, reason: str, error: str = "", **extra: Any) -> SampleResult:
+        """A typed failure: ``reason`` is one of :data:`FAILURE_REASONS` (or a plugin's own)."""
+        return cls(score=None, status="failed", reason=reason, error=error or reason, extra=dict(extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        out: dict[str, Any] = {"score": self.score, "status": self.status}
+        if self.reason is not None:
+            out["reason"] = self.reason
+            out["error"] = self.error
+        if self.components:
+            out["components"] = self.components
+        if self.extra:
+            out["extra"] = self.extra
+        return out
+
+
+@dataclass
+class RewardResult:
+    """Scores and details for a batch, in input order.
+
+    * ``scores``: one float per sample; ``nan`` where the sample failed or abstained, unless the
+      config sets ``failure_score`` / ``abstain_score``.
+    * ``status``: ``"ok" | "abstained" | "failed"`` per sample; ``reasons`` the failure reason or ``None``.
+    * ``components``: per component name, one value per sample (``None`` where absent).
+    * ``extra``: per key, one value per sample (``None`` where absent): verl's ``reward_extra_info``.
+    * ``metrics``: aggregates (means per data source, counts by status and reason, timings).
+    """
+
+    samples: list[SampleResult]
+    data_sources: list[str | None] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    failure_score: float | None = None
+    abstain_score: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def scores(self) -> list[float]:
+        out = []
+        for r in self.samples:
+            if r.status == "ok":
+                out.append(float(r.score))  # type: ignore[arg-type]
+            elif r.status == "failed" and self.failure_score is not None:
+                out.append(self.failure_score)
+            elif r.status == "abstained" and self.abstain_score is not None:
+                out.append(self.abstain_score)
+            else:
+                out.append(math.nan)
+        return out
+
+    @property
+    def status(self) -> list[Status]:
+        return [r.status for r in self.samples]
+
+    @property
+    def reasons(self) -> list[str | None]:
+        return [r.reason for r in self.samples]
+
+    @property
+    def errors(self) -> list[str | None]:
+        return [r.error for r in self.samples]
+
+    @property
+    def components(self) -> dict[str, list[float | None]]:
+        names: dict[str, None] = {}
+        for r in self.samples:
+            names.update(dict.fromkeys(r.components))
+        return {n: [r.components.get(n) for r in self.samples] for n in names}
+
+    @property
+    def extra(self) -> dict[str, list[Any]]:
+        keys: dict[str, None] = {}
+        for r in self.samples:
+            keys.update(dict.fromkeys(r.extra))
+        return {k: [r.extra.get(k) for r in self.samples] for k in keys}
+
+    @property
+    def num_failed(self) -> int:
+        return sum(r.status == "failed" for r in self.samples)
+
+    def token_level_rewards(self, response_mask: Any, missing: float = 0.0) -> Any:
+        """Place each score on the last valid token of its response.
+
+        ``response_mask`` is a 2-D ``[batch, response_len]`` array of 0/1 (a torch tensor, numpy
+        array or nested lists); the result has the same type and shape. A row with no valid token
+        (empty response) gets nothing written, and its index is listed in
+        ``metrics["token_level/empty_response_indices"]``-style output via :attr:`empty_response_indices`.
+        Samples that failed or abstained get ``missing`` (default ``0.0``) at that position, since a
+        trainer's reward tensor cannot hold ``nan``; their status still says what happened.
+        """
+        scores = [missing if math.isnan(s) else s for s in self.scores]
+        if len(response_mask) != len(scores):
+            raise ValueError(
+                f"response_mask has {len(response_mask)} rows but the result has {len(scores)} samples"
+            )
+        self.empty_response_indices: list[int] = []
+        kind = type(response_mask).__module__.split(".")[0]
+        if kind == "torch":
+            import torch
+
+            mask = response_mask.to(torch.long)
+            out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+            lengths = mask.sum(dim=-1)
+            for i, s in enumerate(scores):
+                n = int(lengths[i])
+                if n == 0:
+                    self.empty_response_indices.append(i)
+                    continue
+                last = int(torch.nonzero(mask[i]).max())
+                out[i, last] = s
+            return out
+        if kind == "numpy":
+            import numpy as np
+
+            mask = np.asarray(response_mask)
+            out = np.zeros(mask.shape, dtype=np.float32)
+            for i, s in enumerate(scores):
+                nz = np.flatnonzero(mask[i])
+                if nz.size == 0:
+                    self.empty_response_indices.append(i)
+                    continue
+                out[i, nz[-1]] = s
+            return out
+        rows = []
+        for i, s in enumerate(scores):
+            row = [0.0] * len(response_mask[i])
+            valid = [j for j, m in enumerate(response_mask[i]) if m]
+            if valid:
+                row[valid[-1]] = s
+            else:
+                self.empty_response_indices.append(i)
+            rows.append(row)
+        return rows
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One JSON-serialisable dict per sample."""
+        return [r.to_dict() for r in self.samples]
+
+
+def compute_metrics(
+    results: Sequence[SampleResult], data_sources: Sequence[str | None], elapsed_s: float | None = None
+) -> dict[str, float]:
+    """Aggregate metrics: counts by status and failure reason, mean score overall and per data source."""
+    m: dict[str, float] = {"reward/num_samples": float(len(results))}
+    status = Counter(r.status for r in results)
+    for s in ("ok", "abstained", "failed"):
+        m[f"reward/num_{s}"] = float(status.get(s, 0))
+    for reason, n in sorted(Counter(r.reason for r in results if r.status == "failed").items()):
+        m[f"reward/failed/{reason}"] = float(n)
+    ok = [r.score for r in results if r.status == "ok"]
+    if ok:
+        m["reward/mean"] = statistics.fmean(ok)  # type: ignore[arg-type]
+        m["reward/max"] = max(ok)  # type: ignore[type-var]
+        m["reward/min"] = min(ok)  # type: ignore[type-var]
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for r, ds in zip(results, data_sources, strict=True):
+        if r.status == "ok":
+            by_source[ds or "unknown"].append(r.score)  # type: ignore[arg-type]
+    for ds, vals in sorted(by_source.items()):
+        m[f"reward/{ds}/mean"] = statistics.fmean(vals)
+    comp: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for name, v in r.components.items():
+            if v is not None:
+                comp[name].append(v)
+    for name, vals in sorted(comp.items()):
+        m[f"reward/component/{name}/mean"] = statistics.fmean(vals)
+    if elapsed_s is not None:
+        m["timing/total_s"] = elapsed_s
+        if results and elapsed_s > 0:
+            m["timing/samples_per_s"] = len(results) / elapsed_s
+    return m

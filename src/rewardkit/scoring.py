@@ -1,0 +1,355 @@
+"""The scorer calling convention, shared by every executor.
+
+A scorer is any function. rewardkit passes it the sample fields its signature names, by keyword
+(``prompt``, ``response`` or its alias ``solution_str``, ``ground_truth``, ``data_source``,
+``extra_info``, ``sample``) plus the configured keyword arguments, and turns what it returns into
+a :class:`~rewardkit.result.SampleResult`:
+
+* a number or bool → ``ok`` with that score (``nan``/``inf`` → ``failed``, ``invalid_return``)
+* a dict with ``"score"`` → ``ok``; the other keys go to ``extra``
+* ``None`` → ``abstained``
+* an exception (any, including ``BaseException`` subclasses such as math-verify's timeout) →
+  ``failed`` with reason ``error`` and the exception text.
+
+Scorers travel to worker processes *by reference* (:attr:`ScorerSpec.ref`: ``"module:qualname"``
+or ``"/path/to/file.py:name"``), never by pickling their code, so functions loaded from a file work
+in workers too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewardkit.batch import Sample
+from rewardkit.errors import ConfigError
+from rewardkit.result import SampleResult
+
+#: Sample fields a scorer may ask for by parameter name, and where they come from.
+SINGLE_FIELDS = ("prompt", "response", "solution_str", "ground_truth", "data_source", "extra_info", "sample")
+#: The same for batch scorers, which receive lists.
+BATCH_FIELDS = {
+    "prompts": "prompt",
+    "responses": "response",
+    "solution_strs": "response",
+    "ground_truths": "ground_truth",
+    "data_sources": "data_source",
+    "extra_infos": "extra_info",
+    "samples": "sample",
+}
+
+
+def _field(sample: Sample, name: str) -> Any:
+    if name in ("response", "solution_str"):
+        return sample.response
+    if name == "sample":
+        return sample
+    return getattr(sample, name)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a scorer function accepts: the injectable fields it names and whether it takes ``**kwargs``."""
+
+    params: frozenset[str]
+    var_kwargs: bool
+    is_async: bool
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable) -> Signature:
+    target = fn
+    is_async = inspect.iscoroutinefunction(fn)
+    if not inspect.isfunction(fn) and not inspect.ismethod(fn) and callable(fn):
+        is_async = is_async or inspect.iscoroutinefunction(type(fn).__call__)
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return Signature(frozenset(), True, is_async)
+    params = frozenset(
+        p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    var_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    return Signature(params, var_kwargs, is_async)
+
+
+def signature_of(fn: Callable) -> Signature:
+    """The (cached) :class:`Signature` of a scorer function."""
+    try:
+        return _signature(fn)
+    except TypeError:  # unhashable callable
+        return _signature.__wrapped__(fn)
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """A scorer ready to call: the function, how to find it again in another process, and its options.
+
+    ``kwargs`` are extra keyword arguments from config (verl's ``reward_kwargs``).
+    ``batch`` scorers take lists and return a list.
+    """
+
+    name: str
+    fn: Callable = field(compare=False)
+    ref: str | None = None
+    data_sources: tuple[str, ...] = ()
+    batch: bool = False
+    provider: str = ""
+    kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __reduce__(self):
+        if self.ref is None:
+            return (
+                ScorerSpec,
+                (self.name, self.fn, None, self.data_sources, self.batch, self.provider, dict(self.kwargs)),
+            )
+        return (
+            _spec_from_ref,
+            (self.name, self.ref, self.data_sources, self.batch, self.provider, dict(self.kwargs)),
+        )
+
+    def with_kwargs(self, kwargs: Mapping[str, Any]) -> ScorerSpec:
+        """A copy with ``kwargs`` merged over the current ones, checked against the signature."""
+        merged = {**self.kwargs, **kwargs}
+        sig = signature_of(self.fn)
+        if not sig.var_kwargs:
+            bad = sorted(set(merged) - sig.params)
+            if bad:
+                raise ConfigError(
+                    f"scorer {self.name!r} does not accept keyword argument(s) {', '.join(bad)}; "
+                    f"it accepts: {', '.join(sorted(sig.params)) or '(none)'}"
+                )
+        return ScorerSpec(self.name, self.fn, self.ref, self.data_sources, self.batch, self.provider, merged)
+
+    def build_kwargs(self, sample: Sample) -> dict[str, Any]:
+        """The keyword arguments for calling ``fn`` on one sample."""
+        sig = signature_of(self.fn)
+        kw = {name: _field(sample, name) for name in SINGLE_FIELDS if name in sig.params}
+        kw.update(self.kwargs)
+        return kw
+
+    def build_batch_kwargs(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        """The keyword arguments for calling a batch ``fn`` on many samples."""
+        sig = signature_of(self.fn)
+        kw = {
+            plural: [_field(s, single) for s in samples]
+            for plural, single in BATCH_FIELDS.items()
+            if plural in sig.params
+        }
+        kw.update(self.kwargs)
+        return kw
+
+
+def _spec_from_ref(name, ref, data_sources, batch, provider, kwargs) -> ScorerSpec:
+    return ScorerSpec(name, resolve_ref(ref), ref, tuple(data_sources), batch, provider, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding functions: "module:qualname", "/path/file.py:name", "pkg://module"
+# ---------------------------------------------------------------------------------------------
+
+_load_lock = threading.Lock()
+
+
+def _module_from_file(path: str):
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise ConfigError(f"custom reward function file not found: {path}")
+    digest = hashlib.sha1(path.encode()).hexdigest()[:12]
+    mod_name = f"rewardkit_custom_{digest}"
+    with _load_lock:
+        mod = sys.modules.get(mod_name)
+        if mod is not None:
+            return mod
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"cannot load custom reward function file {path}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException as e:
+            del sys.modules[mod_name]
+            raise ConfigError(f"error while importing {path}: {type(e).__name__}: {e}") from e
+        return mod
+
+
+def _import_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import module {name!r}: {e}") from e
+
+
+@functools.lru_cache(maxsize=256)
+def resolve_ref(ref: str) -> Callable:
+    """Find the function a reference names: ``"module:qualname"`` or ``"/path/file.py:name"``."""
+    where, sep, name = ref.rpartition(":")
+    if not sep or not where or not name:
+        raise ConfigError(f"bad function reference {ref!r}: expected 'module:name' or '/path/file.py:name'")
+    if where.endswith(".py") or os.sep in where:
+        mod = _module_from_file(where)
+    else:
+        mod = _import_module(where)
+    obj: Any = mod
+    for part in name.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{where!r} has no function {name!r}") from None
+    if not callable(obj):
+        raise ConfigError(f"{ref!r} is not callable")
+    return obj
+
+
+def load_function(path: str, name: str | None = None) -> tuple[Callable, str]:
+    """Load a user's reward function as verl's ``custom_reward_function`` does.
+
+    ``path`` is a file path (``name`` defaults to ``compute_score``), ``pkg://package.module``
+    (with ``name``), or ``module:function``. Returns ``(function, ref)``.
+    """
+    if path.startswith("pkg://"):
+        ref = f"{path[len('pkg://') :]}:{name or 'compute_score'}"
+    elif path.endswith(".py") or os.sep in path or os.path.isfile(path):
+        ref = f"{os.path.abspath(os.path.expanduser(path))}:{name or 'compute_score'}"
+    elif ":" in path:
+        if name:
+            raise ConfigError(f"give either 'module:function' ({path!r}) or a name ({name!r}), not both")
+        ref = path
+    else:
+        ref = f"{path}:{name or 'compute_score'}"
+    return resolve_ref(ref), ref
+
+
+def ref_of(fn: Callable) -> str | None:
+    """An importable ``module:qualname`` reference for ``fn``, or ``None`` if it has none (closures, lambdas)."""
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None)
+    if mod is None or qual is None:  # e.g. a callable instance: not referable by name
+        return None
+    if "<" in qual or mod == "__main__":
+        return None
+    if mod.startswith("rewardkit_custom_"):
+        file = getattr(sys.modules.get(mod), "__file__", None)
+        return f"{file}:{qual}" if file else None
+    return f"{mod}:{qual}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Turning returns and exceptions into results
+# ---------------------------------------------------------------------------------------------
+
+
+def to_result(value: Any) -> SampleResult:
+    """Turn what a scorer returned into a :class:`SampleResult`."""
+    if value is None:
+        return SampleResult.abstained()
+    if isinstance(value, SampleResult):
+        return value
+    extra: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            return SampleResult.failed(
+                "invalid_return", f"scorer returned a dict without a 'score' key (keys: {sorted(value)[:10]})"
+            )
+        extra = {k: v for k, v in value.items() if k != "score"}
+        value = value["score"]
+        if value is None:
+            return SampleResult.abstained(**extra)
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return SampleResult.failed(
+            "invalid_return", f"scorer returned {type(value).__name__} {value!r:.80}, not a number", **extra
+        )
+    if math.isnan(score) or math.isinf(score):
+        return SampleResult.failed("invalid_return", f"scorer returned {score}", **extra)
+    return SampleResult(score=score, status="ok", extra=extra)
+
+
+def error_result(exc: BaseException) -> SampleResult:
+    """A ``failed`` result for an exception a scorer raised, with the last frames of its traceback."""
+    tb = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in tb)
+    msg = f"{type(exc).__name__}: {exc}"
+    return SampleResult.failed("error", f"{msg} (at {where})" if where else msg)
+
+
+def _too_large(sample: Sample, max_input_chars: int | None) -> SampleResult | None:
+    if max_input_chars is not None and len(sample.response) > max_input_chars:
+        return SampleResult.failed(
+            "input_too_large",
+            f"response has {len(sample.response)} characters, over max_input_chars={max_input_chars}",
+        )
+    return None
+
+
+def invoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None) -> SampleResult:
+    """Call a scorer on one sample, synchronously (async scorers run in a private event loop)."""
+    too_large = _too_large(sample, max_input_chars)
+    if too_large is not None:
+        return too_large
+    try:
+        value = spec.fn(**spec.build_kwargs(sample))
+        if inspect.isawaitable(value):
+            value = asyncio.run(_await(value))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise
+    except BaseException as e:  # noqa: BLE001 - math-verify's TimeoutException is a BaseException
+        return error_result(e)
+    return to_result(value)
+
+
+async def _await(aw):
+    return await aw
+
+
+async def ainvoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None) -> SampleResult:
+    """Call a scorer on one sample from async code: async scorers are awaited, sync ones run inline."""
+    too_large = _too_large(sample, max_input_chars)
+    if too_large is not None:
+        return too_large
+    try:
+        value = spec.fn(**spec.build_kwargs(sample))
+        if inspect.isawaitable(value):
+            value = await value
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise
+    except BaseException as e:  # noqa: BLE001
+        return error_result(e)
+    return to_result(value)
+
+
+def invoke_batch(spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:
+    """Call a batch scorer once on many samples. A wrong-length return fails every sample."""
+    try:
+        value = spec.fn(**spec.build_batch_kwargs(samples))
+        if inspect.isawaitable(value):
+            value = asyncio.run(_await(value))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise
+    except BaseException as e:  # noqa: BLE001
+        err = error_result(e)
+        return [SampleResult.failed("error", err.error or "") for _ in samples]
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes) or len(value) != len(samples):
+        n = len(value) if isinstance(value, Sequence) else type(value).__name__
+        return [
+            SampleResult.failed(
+                "invalid_return",
+                f"batch scorer {spec.name!r} returned {n} results for {len(samples)} samples",
+            )
+            for _ in samples
+        ]
+    return [to_result(v) for v in value]
