@@ -47,8 +47,19 @@ class ManagerContext:
 
     def scorer(self, name: str, kwargs: dict[str, Any] | None = None) -> ScorerSpec:
         """A registered scorer by name, with configured keyword arguments applied."""
-        spec = self.registries.scorers.get(name)
+        spec = self._with_context(self.registries.scorers.get(name))
         return spec.with_kwargs(kwargs) if kwargs else spec
+
+    def _with_context(self, spec: ScorerSpec) -> ScorerSpec:
+        # Scorers that name a ``sandbox_fusion`` parameter get the configured remote sandbox.
+        sandbox = self.config.sandbox_fusion
+        if (
+            sandbox.url
+            and "sandbox_fusion" in signature_of(spec.fn).params
+            and "sandbox_fusion" not in spec.kwargs
+        ):
+            return spec.with_kwargs({"sandbox_fusion": sandbox.model_dump()})
+        return spec
 
     def route(self, sample: Sample) -> ScorerSpec | None:
         """The scorer for one sample: the custom function, else by ``data_source``, else the default.
@@ -80,7 +91,7 @@ class ManagerContext:
             )
         spec = self._specs.get(name)
         if spec is None:
-            spec = self._specs[name] = self.registries.scorers.get(name)
+            spec = self._specs[name] = self.scorer(name)
         return spec
 
 

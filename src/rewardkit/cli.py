@@ -1,0 +1,328 @@
+"""The ``rewardkit`` command line: ``list-plugins``, ``score``, ``migrate-config`` and plugin commands."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rewardkit import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rewardkit")
+def cli() -> None:
+    """rewardkit: rewards for RL of language models.
+
+    Score stored rollouts, inspect installed plugins, migrate verl configs.
+    """
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# list-plugins
+# ---------------------------------------------------------------------------------------------
+
+
+@cli.command("list-plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print a sorted JSON array instead of a table.")
+@click.option("--all", "show_all", is_flag=True, help="Include rewardkit's built-in plugins.")
+def list_plugins(as_json: bool, show_all: bool) -> None:
+    """Show installed plugins, what they register, and any that failed to load.
+
+    Exits with status 1 when a plugin is broken (after printing everything).
+    """
+    from rewardkit.plugins import get_registries
+
+    regs = get_registries()
+    plugins = [p for p in regs.plugins if show_all or not p.builtin]
+    plugins.sort(key=lambda p: (p.builtin, p.name))
+    if as_json:
+        click.echo(json.dumps([p.to_dict() for p in plugins], indent=2))
+    else:
+        from rich.table import Table
+
+        table = Table(title="rewardkit plugins" + ("" if show_all else " (use --all to include built-ins)"))
+        for col in ("name", "version", "kinds", "registers", "status"):
+            table.add_column(col)
+        for p in plugins:
+            d = p.to_dict()
+            regs_text = "; ".join(f"{k}: {', '.join(v)}" for k, v in d["registered"].items())
+            status = f"[red]broken: {p.error}[/red]" if p.error else "[green]ok[/green]"
+            table.add_row(p.name, p.version or "", ", ".join(d["kinds"]), regs_text, status)
+        console = _console()
+        if plugins:
+            console.print(table)
+        else:
+            console.print(
+                "No third-party plugins installed. `rewardkit list-plugins --all` shows the built-ins."
+            )
+    if any(p.error for p in regs.plugins):
+        broken = ", ".join(p.name for p in regs.plugins if p.error)
+        click.echo(f"error: broken plugin(s): {broken}", err=True)
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# score
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    from rewardkit.batch import iter_jsonl
+
+    return list(iter_jsonl(path))
+
+
+def _validate(records: list[dict[str, Any]], path: Path):
+    from rewardkit.batch import to_sample
+    from rewardkit.errors import SampleError
+
+    samples = []
+    for i, rec in enumerate(records):
+        try:
+            samples.append(to_sample(rec, i))
+        except SampleError as e:
+            raise click.ClickException(f"{path}: record {i + 1}: {e}") from None
+    return samples
+
+
+def _summary_table(records_out: list[dict[str, Any]], elapsed: float):
+    from rich.table import Table
+
+    by_source: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, Counter] = defaultdict(Counter)
+    reasons: Counter = Counter()
+    for rec in records_out:
+        ds = rec.get("data_source") or "(none)"
+        counts[ds][rec["status"]] += 1
+        if rec["status"] == "ok":
+            by_source[ds].append(rec["score"])
+        elif rec["status"] == "failed":
+            reasons[rec.get("reason") or "?"] += 1
+    table = Table(title="rewardkit score: summary")
+    for col, justify in (
+        ("data source", "left"),
+        ("samples", "right"),
+        ("mean score", "right"),
+        ("ok", "right"),
+        ("abstained", "right"),
+        ("failed", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    total = Counter()
+    for ds in sorted(counts):
+        c = counts[ds]
+        total.update(c)
+        vals = by_source.get(ds, [])
+        mean = f"{sum(vals) / len(vals):.4f}" if vals else "-"
+        table.add_row(ds, str(sum(c.values())), mean, str(c["ok"]), str(c["abstained"]), str(c["failed"]))
+    all_ok = [v for vals in by_source.values() for v in vals]
+    table.add_section()
+    table.add_row(
+        "all",
+        str(sum(total.values())),
+        f"{sum(all_ok) / len(all_ok):.4f}" if all_ok else "-",
+        str(total["ok"]),
+        str(total["abstained"]),
+        str(total["failed"]),
+    )
+    n = len(records_out)
+    rate = n / elapsed if elapsed > 0 else math.inf
+    caption = f"{n} samples in {elapsed:.2f}s ({rate:,.1f} samples/s)"
+    if reasons:
+        caption += "; failures: " + ", ".join(f"{r}={k}" for r, k in sorted(reasons.items()))
+    table.caption = caption
+    return table
+
+
+@cli.command("score")
+@click.argument("rollouts", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write one JSON line per input line: the record plus score, status, extra. Default: ROLLOUTS.scored.jsonl",
+)
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["auto", "inline", "process", "ray"]),
+    default=None,
+    help="Override reward.executor.",
+)
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Override reward.num_workers.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Override reward.timeout_s (per-sample deadline, seconds).",
+)
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Samples per engine call (the progress bar advances per chunk).",
+)
+@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@click.option("--fail-on-error", is_flag=True, help="Exit with status 1 if any sample failed.")
+def score(
+    rollouts: Path,
+    output: Path | None,
+    config_path: Path | None,
+    executor: str | None,
+    num_workers: int | None,
+    timeout_s: float | None,
+    chunk_size: int,
+    no_progress: bool,
+    fail_on_error: bool,
+) -> None:
+    """Score stored rollouts (JSONL) and print a summary.
+
+    Each line is a sample: `prompt`, `response`, `data_source`, `ground_truth` (or verl's
+    `reward_model: {ground_truth}`), optional `extra_info` and `uid`.
+    """
+    from rewardkit.config import load_config
+    from rewardkit.engine import RewardEngine
+    from rewardkit.errors import RewardKitError
+
+    try:
+        config = load_config(config_path)
+        overrides = {
+            k: v
+            for k, v in (("executor", executor), ("num_workers", num_workers), ("timeout_s", timeout_s))
+            if v is not None
+        }
+        if overrides:
+            config = config.model_copy(update=overrides)
+        records = _read_records(rollouts)
+        samples = _validate(records, rollouts)
+    except RewardKitError as e:
+        raise click.ClickException(str(e)) from None
+    output = output or rollouts.with_suffix(".scored.jsonl")
+    console = _console(stderr=True)
+    start = time.perf_counter()
+    records_out: list[dict[str, Any]] = []
+    try:
+        with RewardEngine(config) as engine:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(
+                TextColumn("scoring"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[rate]}"),
+                console=console,
+                disable=no_progress,
+                transient=False,
+            ) as progress:
+                task = progress.add_task("score", total=len(samples), rate="")
+                for lo in range(0, len(samples), chunk_size):
+                    chunk = samples[lo : lo + chunk_size]
+                    result = engine.compute(chunk)
+                    for rec, res in zip(records[lo : lo + chunk_size], result.samples, strict=True):
+                        records_out.append({**rec, **res.to_dict()})
+                    done = lo + len(chunk)
+                    rate = done / max(time.perf_counter() - start, 1e-9)
+                    progress.update(task, completed=done, rate=f"{rate:,.0f} samples/s")
+    except RewardKitError as e:
+        raise click.ClickException(str(e)) from None
+    elapsed = time.perf_counter() - start
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        for rec in records_out:
+            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+    out_console = _console()
+    out_console.print(_summary_table(records_out, elapsed))
+    out_console.print(f"wrote {len(records_out)} scored samples to {output}")
+    if fail_on_error and any(r["status"] == "failed" for r in records_out):
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# migrate-config
+# ---------------------------------------------------------------------------------------------
+
+
+@cli.command("migrate-config")
+@click.argument("old", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the new config here (default: print it).",
+)
+def migrate_config(old: Path, output: Path | None) -> None:
+    """Convert verl's legacy flat `reward_model.*` config to the nested `reward:` layout.
+
+    Each moved key and each key that cannot be carried is reported on stderr.
+    """
+    import warnings
+
+    from rewardkit.errors import RewardKitError
+    from rewardkit.migrate import migrate_file
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            text = migrate_file(old, output)
+        except RewardKitError as e:
+            raise click.ClickException(str(e)) from None
+    for w in caught:
+        click.echo(f"note: {w.message}", err=True)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output}", err=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# commands from elsewhere
+# ---------------------------------------------------------------------------------------------
+
+
+def _attach_extra_commands() -> None:
+    try:
+        from rewardkit.server import serve_command
+    except ImportError:  # pragma: no cover - server module absent
+        pass
+    else:
+        cli.add_command(serve_command, "serve")
+    from rewardkit.plugins import get_registries
+
+    regs = get_registries()
+    for impl in regs.pm.hook.register_commands.get_hookimpls():
+        try:
+            impl.function(cli=cli)
+        except Exception as e:  # a broken plugin must not take the CLI down
+            click.echo(f"warning: plugin {impl.plugin_name!r} failed to add its commands: {e}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``rewardkit`` console script."""
+    _attach_extra_commands()
+    cli.main(args=argv, prog_name="rewardkit")
+
+
+if __name__ == "__main__":
+    main()

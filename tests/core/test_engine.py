@@ -1,0 +1,264 @@
+"""End to end through rewardkit.compute / RewardEngine with the naive manager and inline executor."""
+
+import asyncio
+import math
+
+import pytest
+
+import rewardkit
+from rewardkit.errors import ConfigError, SampleError
+
+from .conftest import make_dist
+
+REWARD_FILE = """
+import asyncio, os
+
+CALLS = os.environ.get("RK_CALLS_FILE")
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    if CALLS:
+        with open(CALLS, "a") as f:
+            f.write(solution_str + "\\n")
+    if solution_str == "boom":
+        raise ValueError("cannot score boom")
+    if solution_str == "abstain":
+        return None
+    return {"score": float(solution_str.strip() == str(ground_truth)) + bonus, "acc": solution_str == ground_truth}
+
+async def slow_async(response, ground_truth):
+    await asyncio.sleep(0.05)
+    return response == ground_truth
+
+async def hangs(response):
+    await asyncio.sleep(3600)
+
+def batch_only(responses):
+    return [1.0] * len(responses)
+"""
+
+
+@pytest.fixture
+def reward_file(write_module):
+    return str(write_module("my_reward.py", REWARD_FILE))
+
+
+def cfg(path, **kw):
+    return {"executor": "inline", "custom_reward_function": {"path": path, **kw.pop("crf", {})}, **kw}
+
+
+def test_compute_with_custom_reward_function_and_reward_kwargs(reward_file):
+    samples = [
+        {"response": "42", "ground_truth": "42", "data_source": "anything"},
+        {"response": "41", "reward_model": {"ground_truth": "42"}},
+    ]
+    r = rewardkit.compute(samples, cfg(reward_file, crf={"reward_kwargs": {"bonus": 0.5}}))
+    assert r.scores == [1.5, 0.5]
+    assert r.extra["acc"] == [True, False]
+    assert r.metrics["reward/num_ok"] == 2
+    assert r.metrics["reward/anything/mean"] == 1.5
+
+
+def test_failures_and_abstentions_are_never_zero(reward_file):
+    r = rewardkit.compute(
+        [
+            {"response": "boom", "ground_truth": "1"},
+            {"response": "abstain"},
+            {"response": "1", "ground_truth": "1"},
+        ],
+        cfg(reward_file),
+    )
+    assert r.status == ["failed", "abstained", "ok"]
+    assert r.reasons[0] == "error" and "cannot score boom" in r.errors[0]
+    assert math.isnan(r.scores[0]) and math.isnan(r.scores[1]) and r.scores[2] == 1.0
+    assert r.metrics["reward/failed/error"] == 1 and r.metrics["reward/num_abstained"] == 1
+    r2 = rewardkit.compute([{"response": "boom"}], cfg(reward_file, failure_score=-1.0))
+    assert r2.scores == [-1.0] and r2.status == ["failed"]
+
+
+def test_async_scorers_run_concurrently(reward_file):
+    engine_cfg = cfg(reward_file, crf={"name": "slow_async"})
+    samples = [{"response": str(i), "ground_truth": str(i % 2)} for i in range(40)]
+    import time
+
+    t0 = time.perf_counter()
+    r = rewardkit.compute(samples, {**engine_cfg, "dedup": False})
+    elapsed = time.perf_counter() - t0
+    assert r.scores[:4] == [1.0, 1.0, 0.0, 0.0]
+    assert elapsed < 40 * 0.05 / 2  # concurrent: far less than one after another
+
+
+def test_async_scorer_deadline_in_inline_executor(reward_file):
+    r = rewardkit.compute([{"response": "x"}], cfg(reward_file, crf={"name": "hangs"}, timeout_s=0.2))
+    assert r.status == ["failed"] and r.reasons == ["timeout"]
+
+
+def test_empty_batch(reward_file):
+    r = rewardkit.compute([], cfg(reward_file))
+    assert (r.scores, r.status, len(r)) == ([], [], 0)
+    assert r.metrics["reward/num_samples"] == 0
+
+
+def test_unicode_and_empty_response(reward_file):
+    r = rewardkit.compute(
+        [{"response": "héllo ☃ 你好", "ground_truth": "héllo ☃ 你好"}, {"response": "", "ground_truth": ""}],
+        cfg(reward_file),
+    )
+    assert r.scores == [1.0, 1.0]
+
+
+def test_unknown_data_source_lists_known_ones_and_default_scorer(reward_file, site):
+    make_dist(
+        site,
+        "rk-echo",
+        "1.0",
+        "echo",
+        "rkt_echo",
+        "import rewardkit\n\ndef echo(response):\n    return len(response)\n\n"
+        "@rewardkit.hookimpl\ndef register_scorers(register):\n    register(echo, data_sources=['echo/v1'])\n",
+    )
+    with pytest.raises(SampleError) as info:
+        rewardkit.compute(
+            [{"response": "a", "data_source": "echo/v1"}, {"response": "b", "data_source": "echo/v2"}]
+        )
+    msg = str(info.value)
+    assert msg.startswith(
+        "sample 1, field 'data_source': unknown data source 'echo/v2'. Did you mean 'echo/v1'?"
+    )
+    assert "echo/v1" in msg and "default_scorer" in msg
+    r = rewardkit.compute(
+        [{"response": "abc", "data_source": "echo/v2"}, {"response": "a"}],
+        {"executor": "inline", "default_scorer": "echo"},
+    )
+    assert r.scores == [3.0, 1.0]
+    with pytest.raises(SampleError, match="sample 0, field 'data_source': missing"):
+        rewardkit.compute([{"response": "a"}], {"executor": "inline"})
+
+
+def test_engine_reuse_sync_and_async_and_dedup(reward_file, tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("RK_CALLS_FILE", str(calls))
+    group = [{"response": "7", "ground_truth": "7", "data_source": "d"}] * 4 + [
+        {"response": "8", "ground_truth": "7"}
+    ]
+    with rewardkit.RewardEngine(cfg(reward_file)) as engine:
+        first = engine.compute(group)
+        second = asyncio.run(engine.acompute(group))
+    assert first.scores == second.scores == [1.0, 1.0, 1.0, 1.0, 0.0]
+    # GRPO groups: identical samples are scored once per batch.
+    assert calls.read_text().splitlines() == ["7", "8", "7", "8"]
+    first.samples[0].extra["acc"] = "mutated"
+    assert first.samples[1].extra["acc"] is True  # duplicates get their own copies
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.compute(group)
+
+
+def test_compute_called_from_inside_a_running_loop(reward_file):
+    async def main():
+        return rewardkit.compute([{"response": "1", "ground_truth": "1"}], cfg(reward_file))
+
+    assert asyncio.run(main()).scores == [1.0]
+    assert asyncio.run(
+        rewardkit.acompute([{"response": "1", "ground_truth": "2"}], cfg(reward_file))
+    ).scores == [0.0]
+
+
+def test_config_errors_are_clear(reward_file, tmp_path):
+    with pytest.raises(ConfigError, match=r"reward.executr: unknown key. Did you mean 'executor'\?"):
+        rewardkit.compute([], {"executr": "inline"})
+    with pytest.raises(ConfigError, match="custom reward function file not found"):
+        rewardkit.compute([], cfg(str(tmp_path / "nope.py")))
+    with pytest.raises(ConfigError, match=r"does not accept keyword argument\(s\) nope"):
+        rewardkit.compute([], cfg(reward_file, crf={"reward_kwargs": {"nope": 1}}))
+    with pytest.raises(
+        rewardkit.UnknownNameError, match="unknown reward manager 'naiv'. Did you mean 'naive'"
+    ):
+        rewardkit.RewardEngine({"reward_manager": {"name": "naiv"}})
+    with pytest.raises(ConfigError, match="legacy flat config"):
+        rewardkit.compute([], {"reward_model": {"reward_manager": "naive"}})
+
+
+def test_config_from_yaml_file(reward_file, tmp_path):
+    path = tmp_path / "reward.yaml"
+    rewardkit.RewardConfig.model_validate(cfg(reward_file)).to_yaml(path)
+    assert path.read_text().startswith("reward:\n")
+    assert rewardkit.compute([{"response": "1", "ground_truth": "1"}], str(path)).scores == [1.0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reward: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        rewardkit.compute([], str(bad))
+
+
+CUSTOM_MANAGER = """
+from rewardkit.managers.base import RewardManager
+from rewardkit.result import SampleResult
+
+class ConstantManager(RewardManager):
+    def __init__(self, context, value=0.0):
+        super().__init__(context)
+        self.value = value
+
+    async def score_rules(self, samples):
+        return [SampleResult.ok(self.value) for _ in samples]
+"""
+
+
+def test_custom_manager_class_loaded_by_importlib(write_module):
+    path = write_module("my_manager.py", CUSTOM_MANAGER)
+    config = {
+        "executor": "inline",
+        "reward_manager": {
+            "source": "importlib",
+            "module": {"path": str(path), "name": "ConstantManager"},
+            "kwargs": {"value": 0.25},
+        },
+    }
+    assert rewardkit.compute([{"response": "a"}, {"response": "b"}], config).scores == [0.25, 0.25]
+    config["reward_manager"]["kwargs"] = {"valu": 1}
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'valu'"):
+        rewardkit.compute([{"response": "a"}], config)
+
+
+BACKEND_PLUGIN = """
+import rewardkit
+from rewardkit.backends.base import RMBackend
+from rewardkit.result import SampleResult
+
+class LengthRM(RMBackend):
+    name = "length_rm"
+
+    async def ascore(self, samples):
+        out = []
+        for s in samples:
+            if s.response == "rm-fail":
+                out.append(SampleResult.failed("http", "judge down"))
+            else:
+                out.append(SampleResult.ok(len(s.response) / 10))
+        return out
+
+@rewardkit.hookimpl
+def register_rm_backends(register):
+    register(LengthRM, name="length_rm")
+"""
+
+
+def test_reward_model_combines_with_rule_scores_and_lifecycle(site, reward_file):
+    make_dist(site, "rk-lenrm", "0.1", "lenrm", "rkt_lenrm", BACKEND_PLUGIN)
+    config = {
+        "executor": "inline",
+        "reward_model": {"enable": True, "backend": "length_rm", "weight": 0.5, "offload": True},
+    }
+    with rewardkit.RewardEngine(config) as engine:
+        r = engine.compute([{"response": "abcd"}, {"response": "rm-fail"}])
+        backend = engine.backend
+        assert backend.transitions == ["load", "sleep", "wake_up", "sleep"]
+        assert backend.state == "asleep"
+    assert backend.state == "closed"
+    assert r.scores[0] == pytest.approx(0.2)  # RM alone, weighted
+    assert r.components["rm"] == [0.4, None]
+    assert r.status[1] == "failed" and r.reasons[1] == "http"
+    both = rewardkit.compute(
+        [{"response": "12345", "ground_truth": "12345"}],
+        {**config, "custom_reward_function": {"path": reward_file}},
+    )
+    assert both.scores == [pytest.approx(1.0 + 0.25)]
+    assert both.components == {"rule": [1.0], "rm": [0.5]}
