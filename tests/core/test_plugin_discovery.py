@@ -151,7 +151,8 @@ def test_allow_and_block_lists(site, monkeypatch, env, config, expected):
     from rewardkit.config import PluginSettings
 
     regs = plugins.get_registries(PluginSettings(**config) if config else None)
-    assert {p.name for p in regs.plugins if not p.builtin} == expected
+    # Only this test's throwaway plugins count: the test environment may have real ones installed.
+    assert {p.name for p in regs.plugins if p.name in ("shout", "broken")} == expected
     assert {p.name for p in regs.plugins if p.builtin} == set(plugins.BUILTIN_PLUGINS)
 
 
