@@ -59,7 +59,7 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
         for p in plugins:
             d = p.to_dict()
             regs_text = "; ".join(f"{k}: {', '.join(v)}" for k, v in d["registered"].items())
-            status = f"[red]broken: {p.error}[/red]" if p.error else "[green]ok[/green]"
+            status = "[red]broken (see below)[/red]" if p.error else "[green]ok[/green]"
             table.add_row(p.name, p.version or "", ", ".join(d["kinds"]), regs_text, status)
         console = _console()
         if plugins:
@@ -68,6 +68,12 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
             console.print(
                 "No third-party plugins installed. `rewardkit list-plugins --all` shows the built-ins."
             )
+        for p in plugins:
+            if p.error:
+                where = " ".join(x for x in (p.distribution, p.version) if x)
+                console.print(
+                    f"[red]{p.name}[/red] ({where or 'unknown distribution'}) failed to load: {p.error}"
+                )
     if any(p.error for p in regs.plugins):
         broken = ", ".join(p.name for p in regs.plugins if p.error)
         click.echo(f"error: broken plugin(s): {broken}", err=True)
