@@ -134,22 +134,26 @@ class RewardResult:
     def num_failed(self) -> int:
         return sum(r.status == "failed" for r in self.samples)
 
+    #: Rows of the last :meth:`token_level_rewards` call that had no valid token.
+    empty_response_indices: list[int] = field(default_factory=list)
+
     def token_level_rewards(self, response_mask: Any, missing: float = 0.0) -> Any:
         """Place each score on the last valid token of its response.
 
         ``response_mask`` is a 2-D ``[batch, response_len]`` array of 0/1 (a torch tensor, numpy
-        array or nested lists); the result has the same type and shape. A row with no valid token
-        (empty response) gets nothing written, and its index is listed in
-        ``metrics["token_level/empty_response_indices"]``-style output via :attr:`empty_response_indices`.
-        Samples that failed or abstained get ``missing`` (default ``0.0``) at that position, since a
-        trainer's reward tensor cannot hold ``nan``; their status still says what happened.
+        array or nested lists); the result has the same kind and shape (float32). A row with no
+        valid token (an empty response) gets nothing written (never index ``-1``) and its index
+        is listed in :attr:`empty_response_indices` afterwards. Samples that failed or abstained
+        get ``missing`` (default ``0.0``, or ``failure_score`` / ``abstain_score`` when
+        configured), since a trainer's reward tensor cannot hold ``nan``; their status still
+        says what happened.
         """
         scores = [missing if math.isnan(s) else s for s in self.scores]
         if len(response_mask) != len(scores):
             raise ValueError(
                 f"response_mask has {len(response_mask)} rows but the result has {len(scores)} samples"
             )
-        self.empty_response_indices: list[int] = []
+        self.empty_response_indices = []
         kind = type(response_mask).__module__.split(".")[0]
         if kind == "torch":
             import torch
