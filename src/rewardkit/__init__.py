@@ -25,6 +25,7 @@ _LAZY = {
     "RewardConfig": "rewardkit.config",
     "load_config": "rewardkit.config",
     "migrate_legacy": "rewardkit.migrate",
+    "LegacyConfigWarning": "rewardkit.migrate",
     "Sample": "rewardkit.batch",
     "to_samples": "rewardkit.batch",
     "read_jsonl": "rewardkit.batch",
@@ -73,6 +74,6 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from rewardkit.executors.base import Executor
     from rewardkit.managers.base import RewardManager
-    from rewardkit.migrate import migrate_legacy
+    from rewardkit.migrate import LegacyConfigWarning, migrate_legacy
     from rewardkit.plugins import get_registries
     from rewardkit.result import RewardResult, SampleResult

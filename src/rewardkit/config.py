@@ -9,6 +9,7 @@ Legacy verl keys (``reward_model.reward_manager`` and friends) are turned into t
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -169,16 +170,28 @@ class RewardConfig(_Model):
 RewardManagerConfig.model_rebuild()
 
 
+def _model_in(ann: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (``M``, ``M | None``, ``list[M]``), or None."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in typing.get_args(ann):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def _format_validation_error(e: ValidationError, origin: str) -> str:
     lines = [f"invalid reward config{f' in {origin}' if origin else ''}:"]
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
-            parent = RewardConfig
+            parent: type[BaseModel] | None = RewardConfig
             for part in err["loc"][:-1]:
-                field = parent.model_fields.get(str(part)) if isinstance(parent, type) else None
-                ann = getattr(field, "annotation", None)
-                parent = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+                if isinstance(part, int):
+                    continue  # a list index: parent already is the item model
+                field = parent.model_fields.get(str(part))
+                parent = _model_in(field.annotation) if field is not None else None
                 if parent is None:
                     break
             known = sorted(parent.model_fields) if parent is not None else []
@@ -192,6 +205,12 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         else:
             lines.append(f"  reward.{loc}: {err['msg']} (got {err.get('input')!r:.60})")
     return "\n".join(lines)
+
+
+def _is_legacy(data: dict[str, Any]) -> bool:
+    from rewardkit.migrate import is_legacy
+
+    return is_legacy(data)
 
 
 def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None = None) -> RewardConfig:
@@ -232,9 +251,7 @@ def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None
         data = data["reward"] or {}
         if not isinstance(data, dict):
             raise ConfigError("the 'reward' section must be a mapping")
-    elif isinstance(data.get("reward_model"), dict) and (
-        "reward_manager" in data["reward_model"] or "model" in data["reward_model"]
-    ):
+    elif _is_legacy(data):
         raise ConfigError(
             "this looks like verl's legacy flat config (reward_model.reward_manager / reward_model.model); "
             "convert it with `rewardkit migrate-config OLD.yaml -o NEW.yaml` or rewardkit.migrate.migrate_legacy()"

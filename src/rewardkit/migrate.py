@@ -1,0 +1,882 @@
+"""Turn verl's legacy flat reward config into rewardkit's nested ``reward:`` section.
+
+verl kept its reward settings at the top of the trainer config (``reward_model.*``,
+``custom_reward_function``, ``sandbox_fusion``) before moving them under ``reward:``.
+:func:`migrate_legacy` does the same move for rewardkit, key by key:
+
+>>> cfg, messages = migrate_legacy({"reward_model": {"reward_manager": "dapo", "num_workers": 4}}, warn=False)
+>>> cfg
+{'reward': {'reward_manager': {'name': 'dapo'}, 'num_workers': 4}}
+>>> messages[0]
+'moved reward_model.reward_manager → reward.reward_manager.name'
+
+Every key it moves, and every key it cannot carry (with the reason), gives a
+:class:`LegacyConfigWarning` and a line in the returned messages. It avoids three bugs of verl's
+own ``migrate_legacy_reward_impl`` (see docs/config.md): a path-only ``custom_reward_function``
+keeps the name ``compute_score``; a url-only ``sandbox_fusion`` keeps its default limits; a custom
+manager class (``reward_loop_class_name``) lands where the loader reads it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from rewardkit.errors import ConfigError
+
+__all__ = [
+    "LEGACY_SECTIONS",
+    "LegacyConfigWarning",
+    "Migration",
+    "is_legacy",
+    "migrate_file",
+    "migrate_legacy",
+    "overrides_to_config",
+]
+
+#: Top-level sections of a verl trainer config that hold legacy reward settings.
+LEGACY_SECTIONS = ("reward_model", "custom_reward_function", "sandbox_fusion")
+
+KeyPath = tuple[str, ...]
+
+
+class LegacyConfigWarning(UserWarning):
+    """A legacy verl config key was moved to the ``reward:`` layout, or could not be carried."""
+
+
+class Migration(NamedTuple):
+    """What :func:`migrate_legacy` returns: the new config and one message per change."""
+
+    config: dict[str, Any]
+    messages: list[str]
+
+
+# -- the key map -------------------------------------------------------------------------------------
+# Scalar keys moved one to one (legacy path → path under ``reward:``). Order matters for
+# conflicts between two legacy spellings: the first one listed wins.
+_MOVES: dict[KeyPath, KeyPath] = {
+    ("reward_model", "num_workers"): ("num_workers",),
+    ("reward_model", "enable"): ("reward_model", "enable"),
+    ("reward_model", "enable_resource_pool"): ("reward_model", "enable_resource_pool"),
+    ("reward_model", "n_gpus_per_node"): ("reward_model", "n_gpus_per_node"),
+    ("reward_model", "nnodes"): ("reward_model", "nnodes"),
+    ("reward_model", "model", "path"): ("reward_model", "model_path"),
+    ("reward_model", "model", "fsdp_config", "param_offload"): ("reward_model", "offload"),
+    ("custom_reward_function", "path"): ("custom_reward_function", "path"),
+    ("custom_reward_function", "name"): ("custom_reward_function", "name"),
+    ("sandbox_fusion", "url"): ("sandbox_fusion", "url"),
+    ("sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
+    ("sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
+    ("reward_model", "sandbox_fusion", "url"): ("sandbox_fusion", "url"),
+    ("reward_model", "sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
+    ("reward_model", "sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
+}
+
+# Mapping-valued keys moved as a whole (merged key by key into the target).
+_DICT_MOVES: dict[KeyPath, KeyPath] = {
+    ("custom_reward_function", "reward_kwargs"): ("custom_reward_function", "reward_kwargs"),
+    ("reward_model", "reward_kwargs"): ("reward_manager", "kwargs"),
+    ("reward_model", "overlong_buffer"): ("reward_manager", "kwargs", "overlong_buffer_cfg"),
+}
+
+# Sections whose every child key moves under the target (``inference`` was verl's short-lived
+# name for ``rollout``).
+_SECTION_MOVES: dict[KeyPath, KeyPath] = {
+    ("reward_model", "rollout"): ("reward_model", "rollout"),
+    ("reward_model", "inference"): ("reward_model", "rollout"),
+}
+
+# Keys that mean something to rewardkit's ``discriminative`` backend only (its strict ``kwargs``).
+_DISCRIMINATIVE_MOVES: dict[KeyPath, KeyPath] = {
+    ("reward_model", "model", "trust_remote_code"): ("reward_model", "kwargs", "trust_remote_code"),
+    ("reward_model", "max_length"): ("reward_model", "kwargs", "max_length"),
+    ("reward_model", "micro_batch_size_per_gpu"): ("reward_model", "kwargs", "max_batch_size"),
+}
+
+# verl's ``rollout`` settings launch the reward model's vLLM/SGLang server, which rewardkit does not
+# do. Their verl defaults (a value equal to one sets nothing). The few rewardkit's ``generative``
+# judge understands are mapped in _GENERATIVE_ROLLOUT.
+_VERL_ROLLOUT_DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "dtype": "bfloat16",
+    "gpu_memory_utilization": 0.5,
+    "enforce_eager": True,
+    "cudagraph_capture_sizes": None,
+    "free_cache_engine": True,
+    "data_parallel_size": 1,
+    "expert_parallel_size": 1,
+    "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 1,
+    "max_num_batched_tokens": 8192,
+    "max_model_len": None,
+    "max_num_seqs": 1024,
+    "load_format": "auto",
+    "layered_summon": False,
+    "scheduling_policy": "fcfs",
+    "full_determinism": False,
+    "seed": 42,
+    "multi_stage_wake_up": False,
+    "engine_kwargs": {},
+    "limit_images": None,
+    "enable_chunked_prefill": True,
+    "enable_prefix_caching": True,
+    "disable_log_stats": True,
+    "skip_tokenizer_init": False,
+    "ignore_eos": False,
+    "temperature": 1.0,
+    "top_k": -1,
+    "top_p": 1,
+    "do_sample": True,
+    "n": 1,
+    "prompt_length": 2048,
+    "response_length": 2048,
+    "quantization": None,
+    "quantization_config_file": None,
+    "mtp": None,
+    "disaggregation": None,
+}
+_GENERATIVE_ROLLOUT = {
+    "max_model_len": "context_length",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+}
+_SERVER_REASON = (
+    "verl used it to launch the reward model's vLLM/SGLang server; rewardkit does not launch servers "
+    "(start one, e.g. `vllm serve MODEL`, and set reward.reward_model.rollout.base_url for the "
+    "generative backend)"
+)
+
+_MANAGER_KEYS = ("reward_manager", "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name")
+
+_FSDP_REASON = (
+    "a setting of verl's FSDP reward-model training worker; rewardkit backends load the model "
+    "with transformers or talk to a server and do not shard it"
+)
+# Legacy keys rewardkit has no use for, with the reason (a key's whole subtree is dropped).
+_DROPS: dict[KeyPath, str] = {
+    ("reward_model", "use_reward_loop"): "rewardkit always runs its own asynchronous reward loop",
+    ("reward_model", "launch_reward_fn_async"): "rewardkit scoring is always asynchronous",
+    ("reward_model", "model", "input_tokenizer"): (
+        "rewardkit receives decoded text, so the policy tokenizer is not needed to re-template it"
+    ),
+    ("reward_model", "strategy"): _FSDP_REASON,
+    ("reward_model", "micro_batch_size"): _FSDP_REASON,
+    ("reward_model", "use_dynamic_bsz"): _FSDP_REASON,
+    ("reward_model", "forward_max_token_len_per_gpu"): _FSDP_REASON,
+    ("reward_model", "ulysses_sequence_parallel_size"): _FSDP_REASON,
+    ("reward_model", "model", "external_lib"): (
+        "rewardkit loads reward models with transformers' Auto classes; import a custom model "
+        "module yourself (e.g. from a rewardkit plugin) so it registers with transformers"
+    ),
+    ("reward_model", "model", "use_shm"): _FSDP_REASON,
+    ("reward_model", "model", "use_remove_padding"): _FSDP_REASON,
+    ("reward_model", "model", "use_fused_kernels"): _FSDP_REASON,
+    ("reward_model", "model", "override_config"): _FSDP_REASON,
+    ("reward_model", "model", "fsdp_config"): _FSDP_REASON,
+    ("reward_model", "profiler"): "rewardkit does not drive verl's profiler",
+}
+# Values of dropped keys that carry no setting (verl's own defaults); they are summed up in one message.
+_INERT_DROPS: dict[KeyPath, tuple[Any, ...]] = {
+    ("reward_model", "use_reward_loop"): (True,),
+    ("reward_model", "strategy"): ("fsdp", "fsdp2"),
+    ("reward_model", "ulysses_sequence_parallel_size"): (1,),
+}
+
+# Defaults of verl's *new* ``reward:`` layout. A new-layout value equal to one of these carries no
+# user intent (verl's full config dumps contain them), so a legacy value set beside it wins, as it
+# does in verl itself. Any other new-layout value wins over the legacy one.
+_VERL_NEW_DEFAULTS: dict[KeyPath, Any] = {
+    ("num_workers",): 8,
+    ("reward_manager", "name"): "naive",
+    ("reward_manager", "source"): "register",
+    ("reward_manager", "module", "name"): "custom_reward_manager",
+    ("custom_reward_function", "name"): "compute_score",
+    ("reward_model", "enable"): False,
+    ("reward_model", "enable_resource_pool"): False,
+    ("reward_model", "n_gpus_per_node"): 8,
+    ("reward_model", "nnodes"): 0,
+    ("sandbox_fusion", "max_concurrent"): 64,
+    ("sandbox_fusion", "memory_limit_mb"): 1024,
+}
+
+# verl managers with no rewardkit counterpart of the same name.
+_MANAGER_RENAMES = {
+    "prime": ("naive", "process", "verl's 'prime' manager was the naive one run in a process pool"),
+}
+
+_INTERP = re.compile(r"\$\{([^{}]*)\}")
+_UNRESOLVED = object()
+
+
+def _dotted(path: KeyPath) -> str:
+    return ".".join(path)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A deep copy of ``value`` as plain dicts/lists (OmegaConf and other mappings included)."""
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf  # only reachable when the caller already uses omegaconf
+
+        try:
+            return OmegaConf.to_container(value, resolve=True)
+        except Exception:  # an interpolation OmegaConf cannot resolve: keep it, we try ourselves
+            return OmegaConf.to_container(value, resolve=False)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{where or 'config'}: keys must be strings, got {k!r}")
+            out[k] = _plain(v, f"{where}.{k}" if where else k)
+        return out
+    if isinstance(value, list | tuple):
+        return [_plain(v, where) for v in value]
+    return value
+
+
+def _get(root: Any, path: KeyPath, default: Any = None) -> Any:
+    node = root
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _resolve(value: Any, root: dict[str, Any], depth: int = 0) -> Any:
+    """Expand ``${a.b.c}`` references against the whole document; ``_UNRESOLVED`` if one can't be."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            r = _resolve(v, root, depth)
+            if r is _UNRESOLVED:
+                return _UNRESOLVED
+            out[k] = r
+        return out
+    if isinstance(value, list):
+        items = [_resolve(v, root, depth) for v in value]
+        return _UNRESOLVED if any(v is _UNRESOLVED for v in items) else items
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    if depth > 16:
+        return _UNRESOLVED
+    refs = _INTERP.findall(value)
+    if not refs or any(not re.fullmatch(r"[A-Za-z_][\w.]*", r) for r in refs):
+        return _UNRESOLVED  # resolvers (${oc.env:...}), relative refs or malformed text
+    marker = object()
+    targets = [_get(root, tuple(r.split(".")), marker) for r in refs]
+    if any(t is marker for t in targets):
+        return _UNRESOLVED
+    if len(refs) == 1 and value.strip() == "${" + refs[0] + "}":
+        return _resolve(targets[0], root, depth + 1)
+    resolved = [_resolve(t, root, depth + 1) for t in targets]
+    if any(t is _UNRESOLVED for t in resolved):
+        return _UNRESOLVED
+    it = iter(resolved)
+    return _INTERP.sub(lambda _m: str(next(it)), value)
+
+
+def _load(config: Any) -> tuple[dict[str, Any], str]:
+    origin = ""
+    if isinstance(config, str | os.PathLike):
+        origin = str(config)
+        try:
+            data = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {config}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read config file {config}: {e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {config} is not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+    else:
+        data = config
+    if not (isinstance(data, Mapping) or type(data).__module__.startswith("omegaconf")):
+        where = f" in {origin}" if origin else ""
+        raise ConfigError(f"a verl config{where} must be a mapping, got {type(data).__name__}")
+    data = _plain(data, "")
+    if not isinstance(data, dict):
+        raise ConfigError(f"a verl config must be a mapping, got {type(data).__name__}")
+    return data, origin
+
+
+def _reward_fields() -> set[str]:
+    from rewardkit.config import RewardConfig
+
+    return set(RewardConfig.model_fields)
+
+
+def is_legacy(config: Any) -> bool:
+    """Whether ``config`` (a mapping) holds verl legacy reward keys that :func:`migrate_legacy` would move.
+
+    True for a whole verl trainer config with a ``reward_model`` / ``custom_reward_function`` /
+    ``sandbox_fusion`` section, and for any mapping using a legacy-only key such as
+    ``reward_model.reward_manager`` or ``reward_model.model``. False for a ``reward:`` section written
+    at top level (``{"custom_reward_function": {"path": "r.py"}}``), even a misspelt one, so that
+    ``load_config`` can say "did you mean".
+    """
+    try:
+        data = config if isinstance(config, dict) else _plain(config, "")
+    except ConfigError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    if "reward" in data:
+        return any(_has_value(data.get(s)) for s in LEGACY_SECTIONS)
+    rm = data.get("reward_model")
+    if isinstance(rm, Mapping):
+        from rewardkit.config import RewardModelConfig
+
+        if any(k in _LEGACY_RM_KEYS and k not in RewardModelConfig.model_fields for k in rm):
+            return True
+        rollout = rm.get("rollout")
+        if isinstance(rollout, Mapping) and any(k in _VERL_ONLY_ROLLOUT for k in rollout):
+            return True
+    present = any(isinstance(data.get(s), Mapping) for s in LEGACY_SECTIONS)
+    return present and not set(data) <= _reward_fields()
+
+
+def _has_value(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        return any(_has_value(v) for v in node.values())
+    return node is not None
+
+
+def _is_unwrapped_new(data: dict[str, Any]) -> bool:
+    """Whether ``data`` is a valid ``reward:`` section written without the ``reward`` key.
+
+    verl's server-launch keys under ``reward_model.rollout`` mark it as legacy even so.
+    """
+    if "reward" in data or not set(data) <= _reward_fields():
+        return False
+    rollout = _get(data, ("reward_model", "rollout"))
+    if isinstance(rollout, dict) and any(k in _VERL_ONLY_ROLLOUT for k in rollout):
+        return False
+    from pydantic import ValidationError
+
+    from rewardkit.config import RewardConfig
+
+    try:
+        RewardConfig.model_validate(data)
+    except ValidationError:
+        return False
+    return True
+
+
+_KNOWN: tuple[KeyPath, ...] = (*_MOVES, *_DISCRIMINATIVE_MOVES, *_DICT_MOVES, *_SECTION_MOVES, *_DROPS)
+# Keys directly under verl's legacy ``reward_model`` section.
+_LEGACY_RM_KEYS = {p[1] for p in _KNOWN if p[0] == "reward_model"} | set(_MANAGER_KEYS)
+# verl rollout keys that rewardkit never reads (temperature, top_p and seed are also the judge's).
+_VERL_ONLY_ROLLOUT = set(_VERL_ROLLOUT_DEFAULTS) - set(_GENERATIVE_ROLLOUT.values())
+
+# verl's defaults for an FSDP reward-model worker: a subtree holding only these sets nothing.
+_FSDP_DEFAULTS = {
+    "wrap_policy": {"min_num_params": 0},
+    "param_offload": False,
+    "reshard_after_forward": True,
+    "fsdp_size": -1,
+    "forward_prefetch": False,
+}
+
+
+def _all_off(value: Any) -> bool:
+    """Whether a nested setting is all off/empty (``{enabled: false, ...}`` or ``{vllm: {}}``)."""
+    if isinstance(value, dict):
+        return (
+            not value.get("enabled", value.get("enable", False))
+            if ("enabled" in value or "enable" in value)
+            else all(_all_off(v) for v in value.values())
+        )
+    return value is None or value == {} or value is False
+
+
+def _is_section(path: KeyPath) -> bool:
+    """Whether legacy keys live *below* ``path`` (so its value must be a mapping)."""
+    return (
+        path in _DICT_MOVES
+        or path in _SECTION_MOVES
+        or any(len(p) > len(path) and p[: len(path)] == path and p not in _DROPS for p in _KNOWN)
+    )
+
+
+def _inert(path: KeyPath, value: Any) -> bool:
+    """Whether a dropped legacy value sets nothing (empty, off, or verl's own default)."""
+    if value is False or value == {} or value == []:
+        return True
+    if any(value == v and type(value) is type(v) for v in _INERT_DROPS.get(path, ())):
+        return True
+    if path == ("reward_model", "profiler") and isinstance(value, dict):
+        return not value.get("enable")
+    if path == ("reward_model", "model", "fsdp_config") and isinstance(value, dict):
+        return all(v is None or _FSDP_DEFAULTS.get(k) == v for k, v in value.items())
+    return False
+
+
+class _Migrator:
+    def __init__(self, root: dict[str, Any], new: dict[str, Any]):
+        self.root = root
+        self.out = new
+        self.messages: list[str] = []
+        self.provenance: dict[KeyPath, str] = {}  # target path → legacy key that set it
+        self.inert: list[str] = []
+        self.deferred: list[tuple[KeyPath, Any]] = []  # _DISCRIMINATIVE_MOVES, decided once the backend is
+        self.rollout: list[tuple[str, str, Any]] = []  # (source key, rollout key, value) of verl's rollout
+
+    # -- writing -----------------------------------------------------------------------------------
+    def note(self, message: str) -> None:
+        self.messages.append(message)
+
+    def put(self, target: KeyPath, value: Any, old: str) -> None:
+        """Set ``reward.<target>`` from legacy key ``old``, unless something already set it."""
+        node = self.out
+        for i, part in enumerate(target[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif not isinstance(nxt, dict):
+                where = _dotted(target[: i + 1])
+                self.note(
+                    f"conflict: {old}={_short(value)} not carried: reward.{where} is already "
+                    f"{_short(nxt)}, not a mapping"
+                )
+                return
+            node = nxt
+        key = target[-1]
+        existing = node.get(key)
+        if existing is None or existing == {}:
+            node[key] = value
+            self.provenance[target] = old
+            self.note(f"moved {old} → reward.{_dotted(target)}")
+            return
+        if isinstance(existing, dict) and isinstance(value, dict):
+            for k, v in value.items():
+                self.put((*target, k), v, f"{old}.{k}")
+            return
+        if existing == value:
+            first = self.provenance.get(target)
+            twin = first if first else f"reward.{_dotted(target)}"
+            self.note(f"dropped {old}: same value as {twin}")
+            return
+        first = self.provenance.get(target)
+        if first is not None:
+            self.note(
+                f"conflict: {old}={_short(value)} not carried: {first}={_short(existing)} already set "
+                f"reward.{_dotted(target)}"
+            )
+            return
+        if target in _VERL_NEW_DEFAULTS and existing == _VERL_NEW_DEFAULTS[target]:
+            node[key] = value
+            self.provenance[target] = old
+            self.note(
+                f"conflict: {old}={_short(value)} replaces reward.{_dotted(target)}={_short(existing)} "
+                "(verl's default there; verl's own migration lets the legacy key win too)"
+            )
+            return
+        self.note(
+            f"conflict: {old}={_short(value)} not carried: reward.{_dotted(target)}={_short(existing)} "
+            "is set in the new layout, which wins"
+        )
+
+    def carry(self, source: KeyPath | str, target: KeyPath, value: Any) -> None:
+        old = source if isinstance(source, str) else _dotted(source)
+        resolved = _resolve(value, self.root)
+        if resolved is _UNRESOLVED:
+            self.note(
+                f"not carried: {old}={_short(value)}: it holds an interpolation rewardkit cannot "
+                "resolve here; set reward." + _dotted(target) + " by hand"
+            )
+            return
+        if resolved is None or resolved == {}:
+            return
+        self.put(target, resolved, old)
+
+    def drop(self, source: KeyPath, value: Any, reason: str) -> None:
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "_target_"}
+        resolved = _resolve(value, self.root)
+        if resolved is None:
+            return
+        if _inert(source, value if resolved is _UNRESOLVED else resolved):
+            self.inert.append(_dotted(source))
+            return
+        self.note(f"not carried: {_dotted(source)}={_short(value)}: {reason}")
+
+    # -- the legacy sections ----------------------------------------------------------------------
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.root.get(name)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"legacy key {name!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
+            )
+        return value
+
+    def walk(self, path: KeyPath, value: Any) -> None:
+        """Route one legacy key (and its subtree) to its handler."""
+        if path[-1] == "_target_":
+            return  # Hydra's class pointer, meaningless outside verl
+        if len(path) == 2 and path[0] == "reward_model" and path[1] in _MANAGER_KEYS:
+            return  # handled by manager()
+        if path in _MOVES or path in _DISCRIMINATIVE_MOVES:
+            if isinstance(value, dict | list):
+                raise ConfigError(
+                    f"legacy key {_dotted(path)!r} must be a single value, got {type(value).__name__}: {_short(value)}"
+                )
+            if path in _MOVES:
+                self.carry(path, _MOVES[path], value)
+            elif value is not None:
+                self.deferred.append((path, value))
+            return
+        if value is not None and not isinstance(value, dict) and _is_section(path):
+            raise ConfigError(
+                f"legacy key {_dotted(path)!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
+            )
+        if path in _DICT_MOVES:
+            self.carry(path, _DICT_MOVES[path], value)
+        elif path in _SECTION_MOVES:
+            for k, v in (value or {}).items():
+                if k != "_target_" and v is not None:
+                    self.rollout.append((_dotted((*path, k)), k, v))
+        elif path in _DROPS:
+            if isinstance(value, dict):  # keys below a dropped section that do carry (fsdp param_offload)
+                keep = {k for k in value if (*path, k) in _MOVES}
+                for k in keep:
+                    self.walk((*path, k), value[k])
+                value = {k: v for k, v in value.items() if k not in keep}
+            self.drop(path, value, _DROPS[path])
+        elif isinstance(value, dict) and _is_section(path):
+            for k, v in value.items():
+                self.walk((*path, k), v)
+        elif value is not None:
+            self.note(
+                f"not carried: {_dotted(path)}={_short(value)}: not a key verl's reward migration knows; "
+                "move it by hand if it matters (custom reward managers take options in "
+                "reward.reward_manager.kwargs)"
+            )
+
+    def manager(self, rm: dict[str, Any]) -> None:
+        """``reward_model.reward_manager`` and the ``reward_loop_*`` trio, which only make sense together."""
+        vals = {k: _resolve(rm.get(k), self.root) for k in _MANAGER_KEYS}
+        for k, v in vals.items():
+            if v is _UNRESOLVED:
+                self.note(
+                    f"not carried: reward_model.{k}={_short(rm.get(k))}: it holds an interpolation "
+                    "rewardkit cannot resolve here; set reward.reward_manager by hand"
+                )
+                vals[k] = None
+            elif v is not None and not isinstance(v, str):
+                raise ConfigError(
+                    f"legacy key 'reward_model.{k}' must be a string, got {type(v).__name__}: {_short(v)}"
+                )
+        name, source, path, cls = (vals[k] for k in _MANAGER_KEYS)
+        if source is not None and source not in ("register", "importlib"):
+            raise ConfigError(
+                f"legacy key 'reward_model.reward_loop_source' must be 'register' or 'importlib', got {source!r}"
+            )
+        if source == "importlib":
+            cls = cls or (name if name and name != "naive" else None)
+            if not path:
+                raise ConfigError(
+                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but "
+                    "'reward_model.reward_loop_module_path' is not set"
+                )
+            if not cls:
+                raise ConfigError(
+                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but neither "
+                    "'reward_model.reward_loop_class_name' nor 'reward_model.reward_manager' names the class"
+                )
+            self.put(("reward_manager", "source"), "importlib", "reward_model.reward_loop_source")
+            self.put(("reward_manager", "module", "path"), path, "reward_model.reward_loop_module_path")
+            class_key = (
+                "reward_model.reward_loop_class_name"
+                if vals["reward_loop_class_name"]
+                else "reward_model.reward_manager"
+            )
+            self.put(("reward_manager", "module", "name"), cls, class_key)
+            # verl's new loader reads the class from reward_manager.name; rewardkit reads module.name
+            # first. Setting both keeps the config right for either reader.
+            self.put(("reward_manager", "name"), cls, class_key)
+            if name is not None and name != cls and name != "naive":
+                self.note(
+                    f"not carried: reward_model.reward_manager={name!r}: with reward_loop_source=importlib "
+                    f"the manager is the class {cls!r} from {path!r}"
+                )
+            return
+        if source == "register":
+            self.put(("reward_manager", "source"), "register", "reward_model.reward_loop_source")
+        for k in ("reward_loop_module_path", "reward_loop_class_name"):
+            if vals[k] is not None:
+                self.note(
+                    f"not carried: reward_model.{k}={vals[k]!r}: only used when "
+                    "reward_model.reward_loop_source is 'importlib'"
+                )
+        if name is not None:
+            renamed = _MANAGER_RENAMES.get(name)
+            if renamed is not None:
+                new_name, executor, why = renamed
+                self.put(("reward_manager", "name"), new_name, "reward_model.reward_manager")
+                if self.out.get("executor") in (None, "auto"):
+                    self.out["executor"] = executor
+                self.note(
+                    f"renamed reward_model.reward_manager={name!r} → reward.reward_manager.name={new_name!r} "
+                    f"with reward.executor={self.out.get('executor')!r}: {why}"
+                )
+            else:
+                self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
+
+    # -- new-layout clean-up -----------------------------------------------------------------------
+    def tidy_new(self) -> None:
+        """Adapt verl's *new* layout where rewardkit differs (Hydra ``_target_``, ``reward_kwargs``...)."""
+        targets: list[str] = []
+
+        def strip(node: Any, path: KeyPath) -> None:
+            if isinstance(node, dict):
+                if "_target_" in node:
+                    del node["_target_"]
+                    targets.append(_dotted((*path, "_target_")))
+                for k, v in node.items():
+                    strip(v, (*path, k))
+
+        strip(self.out, ("reward",))
+        if targets:
+            self.note(f"dropped Hydra class pointers (verl-only): {', '.join(targets)}")
+        kwargs = self.out.pop("reward_kwargs", None)
+        if kwargs:
+            if not isinstance(kwargs, dict):
+                raise ConfigError(f"reward.reward_kwargs must be a mapping, got {type(kwargs).__name__}")
+            self.put(("reward_manager", "kwargs"), kwargs, "reward.reward_kwargs")
+        csk = self.out.pop("compute_score_kwargs", None)
+        if csk:
+            self.note(
+                f"not carried: reward.compute_score_kwargs={_short(csk)}: rewardkit passes options to "
+                "built-in scorers per scorer (reward.scorers[*].kwargs); add them there"
+            )
+        model = self.out.get("reward_model")
+        rollout = model.get("rollout") if isinstance(model, dict) else None
+        if isinstance(rollout, dict):
+            for k in [
+                k for k in rollout if k in _VERL_ROLLOUT_DEFAULTS and k not in _GENERATIVE_ROLLOUT.values()
+            ]:
+                value = rollout.pop(k)
+                if value is not None:
+                    self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
+        rm = self.out.get("reward_manager")
+        if isinstance(rm, dict) and rm.get("source") == "importlib":
+            module = rm.get("module")
+            if (
+                isinstance(module, dict)
+                and module.get("name") in (None, "custom_reward_manager")
+                and rm.get("name")
+            ):
+                if module.get("name") is not None:
+                    self.note(
+                        f"set reward.reward_manager.module.name={rm['name']!r} (was 'custom_reward_manager', "
+                        "verl's module alias): rewardkit reads the class name there"
+                    )
+                module["name"] = rm["name"]
+
+    # -- after the move ----------------------------------------------------------------------------
+    def pick_backend(self, rm: dict[str, Any]) -> None:
+        """Choose the RM backend verl's legacy config implied (it had no ``backend`` key)."""
+        if "backend" in rm:
+            return
+        has_fn = bool(_get(self.out, ("custom_reward_function", "path")))
+        served = bool(self.rollout)
+        if has_fn and served:
+            rm["backend"] = "generative"
+            self.note(
+                "set reward.reward_model.backend='generative': in verl's reward loop a served reward model "
+                "next to custom_reward_function is a generative judge your function called through "
+                "reward_router_address; rewardkit calls it itself and adds its score as component 'rm' "
+                "beside your function's: check reward.reward_model.weight and the backend's kwargs"
+            )
+            return
+        rm["backend"] = "discriminative"
+        note = (
+            "set reward.reward_model.backend='discriminative': verl's reward model without a custom "
+            "function was a sequence-classification model"
+        )
+        if has_fn:
+            note += (
+                "; verl's legacy workers then used the model's score alone and ignored "
+                "custom_reward_function, while rewardkit adds both: check this is what you want"
+            )
+        self.note(note)
+
+    def map_rollout(self, old: str, key: str, value: Any, *, generative: bool) -> None:
+        """One key of verl's ``reward_model.rollout``: mapped for the generative judge, else dropped."""
+        resolved = _resolve(value, self.root)
+        if key not in _VERL_ROLLOUT_DEFAULTS:  # not verl's: the user added it for a reason
+            self.carry(old, ("reward_model", "rollout", key), value)
+        elif resolved is not _UNRESOLVED and resolved == _VERL_ROLLOUT_DEFAULTS[key]:
+            self.inert.append(old)
+        elif generative and key in _GENERATIVE_ROLLOUT:
+            self.carry(old, ("reward_model", "rollout", _GENERATIVE_ROLLOUT[key]), value)
+        elif key in ("disaggregation", "engine_kwargs") and isinstance(resolved, dict) and _all_off(resolved):
+            self.inert.append(old)
+        else:
+            self.note(f"not carried: {old}={_short(value)}: {_SERVER_REASON}")
+
+    def finish(self) -> None:
+        rm = self.out.get("reward_model")
+        enabled = isinstance(rm, dict) and bool(rm.get("enable"))
+        if enabled and self.provenance.get(("reward_model", "enable")):
+            self.pick_backend(rm)
+        backend = rm.get("backend", "generative") if isinstance(rm, dict) else "generative"
+        for path, value in self.deferred:
+            if enabled and backend == "discriminative":
+                self.carry(path, _DISCRIMINATIVE_MOVES[path], value)
+            else:
+                state = f"is {backend!r}" if enabled else "is off"
+                self.drop(
+                    path,
+                    value,
+                    f"only rewardkit's discriminative backend uses it (this reward model {state})",
+                )
+        for old, key, value in self.rollout:
+            self.map_rollout(old, key, value, generative=enabled and backend == "generative")
+        mgr = self.out.get("reward_manager")
+        kwargs = mgr.get("kwargs") if isinstance(mgr, dict) else None
+        if (
+            isinstance(kwargs, dict)
+            and "overlong_buffer_cfg" in kwargs
+            and "max_resp_len" not in kwargs
+            and isinstance(_get(self.root, ("data", "max_response_length")), int)
+        ):
+            self.put(
+                ("reward_manager", "kwargs", "max_resp_len"),
+                _get(self.root, ("data", "max_response_length")),
+                "data.max_response_length",
+            )
+        if self.inert:
+            self.note(
+                "ignored legacy keys left at values that set nothing in rewardkit: " + ", ".join(self.inert)
+            )
+
+
+def migrate_legacy(config: Any, *, warn: bool = True, validate: bool = True) -> Migration:
+    """Move verl's legacy reward keys into a ``{"reward": {...}}`` config that ``load_config`` accepts.
+
+    ``config`` is a whole verl trainer config (a dict, an OmegaConf ``DictConfig`` or another
+    mapping, or a YAML file path); its ``reward_model``, ``custom_reward_function`` and
+    ``sandbox_fusion`` sections are migrated, an existing ``reward:`` section is kept (it wins
+    over a conflicting legacy key unless it only holds verl's default), and other trainer
+    sections are ignored. Unset (``null``) legacy keys are skipped, as verl does.
+
+    Returns ``Migration(config, messages)``; with ``warn`` each message is also issued as a
+    :class:`LegacyConfigWarning`. With ``validate`` the result is checked against
+    :class:`~rewardkit.config.RewardConfig`. Raises :class:`~rewardkit.errors.ConfigError` naming
+    the offending key for malformed input.
+    """
+    root, origin = _load(config)
+    new = root.get("reward")
+    if new is not None and not isinstance(new, dict):
+        raise ConfigError(f"the 'reward' section must be a mapping, got {type(new).__name__}: {_short(new)}")
+    if new is None and _is_unwrapped_new(root):
+        return Migration({"reward": copy.deepcopy(root)}, [])
+
+    m = _Migrator(root, copy.deepcopy(new) if new else {})
+    m.tidy_new()
+    rm = m.section("reward_model")
+    m.manager(rm)
+    for name in ("custom_reward_function", "sandbox_fusion"):
+        for k, v in m.section(name).items():
+            m.walk((name, k), v)
+    for k, v in rm.items():
+        m.walk(("reward_model", k), v)
+    m.finish()
+
+    result = {"reward": m.out}
+    if warn:
+        for message in m.messages:
+            warnings.warn(message, LegacyConfigWarning, stacklevel=2)
+    if validate:
+        _validate(result, m.provenance, origin)
+    return Migration(result, m.messages)
+
+
+def _validate(result: dict[str, Any], provenance: dict[KeyPath, str], origin: str) -> None:
+    from rewardkit.config import load_config
+
+    try:
+        load_config(result)
+    except ConfigError as e:
+        lines = str(e).splitlines()
+        for i, line in enumerate(lines):
+            for target, old in sorted(provenance.items(), key=lambda kv: -len(kv[0])):
+                if line.lstrip().startswith(f"reward.{_dotted(target)}:"):
+                    lines[i] = f"{line} [from legacy key {old}]"
+                    break
+        head = f"the migrated config{f' from {origin}' if origin else ''} is invalid: "
+        raise ConfigError(head + "\n".join(lines)) from None
+
+
+_OVERRIDE = re.compile(r"^(?P<prefix>~|\+\+|\+)?(?P<key>[A-Za-z_][\w.]*)(?:=(?P<value>.*))?$", re.S)
+
+
+def overrides_to_config(overrides: Iterable[str]) -> dict[str, Any]:
+    """Turn Hydra command-line overrides (``reward_model.reward_manager=dapo``, ``+a.b=1``) into a config.
+
+    For the overrides in a verl run script: ``migrate_legacy(overrides_to_config(args))``. Values
+    are parsed as Hydra does for the common cases (numbers, booleans, ``null``, quoted strings,
+    ``[lists]``, ``{mappings}``); deletions (``~key``) are ignored. Raises ConfigError naming a
+    malformed override.
+    """
+    out: dict[str, Any] = {}
+    for raw in overrides:
+        text = raw.strip()
+        if not text:
+            continue
+        m = _OVERRIDE.match(text)
+        if m is None or (m["value"] is None and m["prefix"] != "~"):
+            raise ConfigError(f"not a Hydra override (key=value): {raw!r}")
+        if m["prefix"] == "~":
+            continue
+        value_text = m["value"]
+        if value_text.startswith("{"):
+            value_text = re.sub(r":(?=[^\s/])", ": ", value_text)  # Hydra's {a:1} is YAML's {a: 1}
+        try:
+            value = yaml.safe_load(value_text) if value_text != "" else ""
+        except yaml.YAMLError:
+            value = m["value"]
+        node = out
+        parts = m["key"].split(".")
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(
+                    f"override {raw!r} sets a key below {part!r}, which an earlier override set to a value"
+                )
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def migrate_file(src: str | os.PathLike, dst: str | os.PathLike | None = None, *, warn: bool = True) -> str:
+    """Migrate the verl YAML config at ``src``; return the new YAML text (also written to ``dst`` if given).
+
+    The text starts with comment lines listing what moved and what was not carried. This is what
+    ``rewardkit migrate-config OLD.yaml -o NEW.yaml`` runs.
+    """
+    migration = migrate_legacy(src, warn=warn)
+    header = [f"# rewardkit config migrated from {os.fspath(src)}"]
+    header += [f"# - {line}" for msg in migration.messages for line in msg.splitlines()]
+    body = yaml.safe_dump(migration.config, sort_keys=False, allow_unicode=True)
+    text = "\n".join(header) + "\n" + body
+    if dst is not None:
+        Path(dst).write_text(text, encoding="utf-8")
+    return text
