@@ -1,0 +1,444 @@
+"""A local sandbox for untrusted Python: one short-lived, resource-limited subprocess per run.
+
+Model-written code never runs in rewardkit's own process. Each run gets:
+
+* its own temporary directory as working directory (``HOME`` and ``TMPDIR`` too), removed afterwards;
+* ``python -I`` (isolated mode: no user site-packages, no ``PYTHON*`` variables, cwd not on ``sys.path``)
+  with a scrubbed environment;
+* rlimits set by a tiny launcher before it ``exec``s the interpreter: CPU seconds, address space,
+  file size (which also caps what it can print), open files, processes, no core dumps;
+* a wall-clock deadline after which its whole process group is killed;
+* no network, through ``unshare --net`` (plus a private PID namespace, so nothing it spawns survives)
+  where the platform allows it; otherwise a warning, once per process;
+* when rewardkit runs as root, a throw-away unprivileged uid, so it cannot read root-only files.
+
+This is defence in depth for reward computation, not a container: run truly hostile code
+in a remote sandbox (SandboxFusion) or a VM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+
+#: Where the launcher's own failures are reported (exit status), so they are not mistaken for the program's.
+LAUNCH_FAILED = 97
+
+# The launcher forks: the child sets the limits, drops privileges and execs the program; the parent
+# (pid 1 of the namespace when there is one, so its exit takes every straggler with it) waits and
+# writes the child's exact wait status to a file, because ``unshare --fork`` does not relay signals.
+_LAUNCHER = r"""
+import json, os, resource, sys
+c = json.loads(sys.argv[1])
+def limit(name, soft, hard=None):
+    res = getattr(resource, name, None)
+    if res is None or soft is None:
+        return
+    hard = soft if hard is None else hard
+    _, cur = resource.getrlimit(res)
+    if cur != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur), min(hard, cur)
+    resource.setrlimit(res, (soft, hard))
+pid = os.fork()
+if pid == 0:
+    try:
+        limit("RLIMIT_CORE", 0)
+        limit("RLIMIT_CPU", c["cpu"], c["cpu"] + 1 if c["cpu"] else None)
+        limit("RLIMIT_AS", c["as"])
+        limit("RLIMIT_FSIZE", c["fsize"])
+        limit("RLIMIT_NOFILE", c["nofile"])
+        limit("RLIMIT_NPROC", c["nproc"])
+        if c["uid"] is not None:
+            os.setgroups([])
+            os.setgid(c["uid"])
+            os.setuid(c["uid"])
+        os.execve(c["python"], [c["python"], "-I", *c["argv"]], c["env"])
+    except BaseException as e:
+        os.write(2, ("rewardkit sandbox launcher: %s: %s\n" % (type(e).__name__, e)).encode())
+    os._exit(%d)
+_, status = os.waitpid(pid, 0)
+if c["status_file"]:
+    with open(c["status_file"], "w") as f:
+        f.write(str(status))
+os._exit(0)
+""".replace("%d", str(LAUNCH_FAILED))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed run.
+
+    ``timeout_s`` is the wall-clock deadline; ``cpu_s`` defaults to it rounded up, plus one.
+    ``output_bytes`` is how much of stdout/stderr is read back; ``file_size_mb`` caps every file the
+    program writes, its stdout and stderr included.
+    """
+
+    timeout_s: float = 4.0
+    cpu_s: int | None = None
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    max_processes: int = 64
+    max_open_files: int = 256
+    output_bytes: int = 8 << 20
+    isolate_network: bool = True
+
+
+@dataclass
+class RunResult:
+    """What one run did. ``status``: ``"ok"`` (exit 0), ``"error"`` (non-zero exit or signal), ``"timeout"``."""
+
+    status: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+
+    def describe(self, limit: int = 300) -> str:
+        """A one-line reason for a failed run: the signal, the last stderr line, or the deadline."""
+        if self.status == "timeout":
+            return f"timed out after {self.wall_s:.1f}s"
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            with contextlib.suppress(ValueError):
+                name = signal.Signals(-rc).name
+                hint = {"SIGKILL": " (memory or CPU limit?)", "SIGXCPU": " (CPU time limit)"}.get(name, "")
+                return f"killed by {name}{hint}"
+        last = next((ln for ln in reversed(self.stderr.strip().splitlines()) if ln.strip()), "")
+        msg = f"exit code {rc}" + (f": {last.strip()}" if last else "")
+        return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+class Limiter:
+    """At most ``n`` holders at a time across every thread and event loop of this process."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = (
+            collections.deque()
+        )
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._busy < self.n and not self._waiters:
+                self._busy += 1
+                return
+            fut = loop.create_future()
+            self._waiters.append((loop, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            with self._lock:
+                if (loop, fut) in self._waiters:
+                    self._waiters.remove((loop, fut))
+                    raise
+            # We were granted a slot while being cancelled: hand it on.
+            self.release()
+            raise
+
+    def release(self) -> None:
+        with self._lock:
+            while self._waiters:
+                loop, fut = self._waiters.popleft()
+                if loop.is_closed():
+                    continue
+                loop.call_soon_threadsafe(_grant, fut)
+                return  # the slot passes to the waiter; _busy is unchanged
+            self._busy -= 1
+
+    @contextlib.asynccontextmanager
+    async def hold(self):
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def _grant(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+#: Local sandboxed processes in flight per rewardkit process.
+LOCAL_LIMITER = Limiter(os.cpu_count() or 2)
+
+
+def _fresh_limiter_after_fork() -> None:
+    # A forked worker must not inherit a lock or waiters belonging to its parent's threads and loops.
+    global LOCAL_LIMITER
+    LOCAL_LIMITER = Limiter(LOCAL_LIMITER.n)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_limiter_after_fork)
+
+_isolation_lock = threading.Lock()
+_isolation: list[str] | None = None
+_warned = False
+
+_UNSHARE_CANDIDATES = (
+    ["--net", "--pid", "--fork", "--kill-child"],  # --kill-child: the namespace dies with unshare
+    ["--net"],
+    ["--map-root-user", "--net", "--pid", "--fork", "--kill-child"],
+    ["--map-root-user", "--net"],
+)
+
+
+def network_isolation() -> list[str]:
+    """The command prefix that runs a program without network (``[]`` if none works here; probed once)."""
+    global _isolation
+    with _isolation_lock:
+        if _isolation is not None:
+            return _isolation
+        _isolation = []
+        unshare = shutil.which("unshare") if sys.platform.startswith("linux") else None
+        if unshare:
+            for flags in _UNSHARE_CANDIDATES:
+                cmd = [unshare, *flags]
+                try:
+                    ok = (
+                        subprocess.run(
+                            [*cmd, sys.executable, "-I", "-S", "-c", "pass"],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            timeout=10,
+                        ).returncode
+                        == 0
+                    )
+                except (OSError, subprocess.SubprocessError):
+                    ok = False
+                if ok:
+                    _isolation = cmd
+                    break
+        return _isolation
+
+
+def _warn_no_network_isolation() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "rewardkit sandbox: cannot isolate the network here (no usable 'unshare --net'); "
+            "sandboxed code can reach the network. Use SandboxFusion for untrusted code.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_drop_lock = threading.Lock()
+_drop_ok: bool | None = None
+NOBODY = 65534
+
+
+def privilege_drop_works() -> bool:
+    """Whether, running as root, an unprivileged uid can still start this interpreter (probed once).
+
+    It cannot when Python lives under a root-only directory (e.g. ``/root/.pyenv``); sandboxed
+    programs then keep root's uid, with a warning.
+    """
+    global _drop_ok
+    with _drop_lock:
+        if _drop_ok is None:
+            _drop_ok = False
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                with tempfile.TemporaryDirectory(prefix="rewardkit-probe-") as probe_dir:
+                    status_path = os.path.join(probe_dir, "status")
+                    config = {
+                        **_base_config(probe_dir),
+                        "uid": NOBODY,
+                        "argv": ["-c", "pass"],
+                        "status_file": status_path,
+                    }
+                    try:
+                        subprocess.run(
+                            [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            timeout=20,
+                        )
+                        rc = _program_returncode(status_path, None)
+                    except (OSError, subprocess.SubprocessError):
+                        rc = -1
+                _drop_ok = rc == 0
+                if not _drop_ok:
+                    warnings.warn(
+                        f"rewardkit sandbox: running as root but an unprivileged user cannot start "
+                        f"{sys.executable}; sandboxed code runs as root (confined to its directory and rlimits only)",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+        return _drop_ok
+
+
+def _choose_uid(workdir: str) -> int | None:
+    """When running as root: a throw-away uid that owns ``workdir`` (or nobody); else ``None``."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not privilege_drop_works():
+        return None
+    for uid in (random.randrange(1_000_000_000, 2_000_000_000), NOBODY):
+        try:
+            os.chown(workdir, uid, uid)
+            return uid
+        except OSError:
+            continue
+    return None
+
+
+def _env(workdir: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _base_config(workdir: str, limits: Limits | None = None) -> dict:
+    limits = limits or Limits()
+    mb = 1024 * 1024
+    return {
+        "cpu": limits.cpu_s if limits.cpu_s is not None else int(limits.timeout_s) + 1,
+        "as": limits.memory_mb * mb if limits.memory_mb else None,
+        "fsize": limits.file_size_mb * mb if limits.file_size_mb else None,
+        "nofile": limits.max_open_files,
+        "nproc": limits.max_processes,
+        "uid": None,
+        "python": sys.executable,
+        "argv": ["main.py"],
+        "env": _env(workdir),
+        "status_file": None,
+    }
+
+
+def _read_capped(path: str, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return ""
+    text = data[:limit].decode("utf-8", errors="replace")
+    return text + ("\n…[output truncated]" if len(data) > limit else "")
+
+
+def _program_returncode(status_path: str, launcher_rc: int | None) -> int | None:
+    """The program's return code (``-signal`` if a signal killed it), from the launcher's status file."""
+    try:
+        with open(status_path) as f:
+            status = int(f.read().strip())
+    except (OSError, ValueError):
+        return launcher_rc if launcher_rc != 0 else -1  # the launcher itself died
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+async def run_python(program: str, stdin: str = "", limits: Limits | None = None) -> RunResult:
+    """Run ``program`` (Python source) in a fresh sandboxed subprocess, feeding it ``stdin``.
+
+    Raises :class:`RuntimeError` only when the sandbox itself cannot start (not for anything the
+    program does): that is an infrastructure failure, not a wrong answer.
+    """
+    limits = limits or Limits()
+    prefix: list[str] = []
+    if limits.isolate_network:
+        prefix = network_isolation()
+        if not prefix:
+            _warn_no_network_isolation()
+    async with LOCAL_LIMITER.hold():
+        workdir = tempfile.mkdtemp(prefix="rewardkit-sandbox-")
+        try:
+            return await _run_in(workdir, prefix, program, stdin, limits)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _run_in(workdir: str, prefix: list[str], program: str, stdin: str, limits: Limits) -> RunResult:
+    script = os.path.join(workdir, "main.py")
+    with open(script, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(program)
+    os.chmod(script, 0o644)
+    config = {**_base_config(workdir, limits), "uid": _choose_uid(workdir)}
+    # stdin/stdout/stderr are files outside the work directory: no pipe to drain, no deadlock, and
+    # RLIMIT_FSIZE caps how much the program can print.
+    io_dir = tempfile.mkdtemp(prefix="rewardkit-io-")
+    try:
+        in_path, out_path, err_path, status_path = (
+            os.path.join(io_dir, n) for n in ("in", "out", "err", "status")
+        )
+        config["status_file"] = status_path
+        with open(in_path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(stdin or "")
+        with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+            start = time.monotonic()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *prefix,
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _LAUNCHER,
+                    json.dumps(config),
+                    stdin=fin,
+                    stdout=fout,
+                    stderr=ferr,
+                    cwd=workdir,
+                    env=config["env"],
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise RuntimeError(f"sandbox: cannot start a subprocess: {e}") from e
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=limits.timeout_s)
+                rc = _program_returncode(status_path, proc.returncode)
+                status = "ok" if rc == 0 else "error"
+            except asyncio.TimeoutError:
+                _kill_group(proc)
+                await proc.wait()
+                rc, status = proc.returncode, "timeout"
+            except BaseException:  # cancelled by the executor: never leave the program running
+                _kill_group(proc)
+                raise
+            finally:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # stragglers it forked
+            wall = time.monotonic() - start
+        stdout = _read_capped(out_path, limits.output_bytes)
+        stderr = _read_capped(err_path, limits.output_bytes)
+    finally:
+        shutil.rmtree(io_dir, ignore_errors=True)
+    if rc == LAUNCH_FAILED and "rewardkit sandbox launcher" in stderr:
+        raise RuntimeError(stderr.strip().splitlines()[-1])
+    return RunResult(status, rc, stdout, stderr, wall)
