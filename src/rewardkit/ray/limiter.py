@@ -1,0 +1,219 @@
+"""One concurrency and rate budget for judge / remote-RM traffic, shared by every Ray worker.
+
+:class:`JudgeLimiter` runs as a small named actor per :class:`~rewardkit.ray.manager.RewardLoopManager`.
+Each worker registers it with :func:`set_limiter`; code that sends a judge request wraps it in
+:func:`judge_slot`::
+
+    from rewardkit.ray.limiter import judge_slot
+
+    async with judge_slot():          # or `with judge_slot():` from sync code
+        await session.post(url, json=payload)
+
+Outside a Ray worker (no limiter set) :func:`judge_slot` does nothing and costs nothing, so a
+backend can call it unconditionally. A slot is a *lease*: a worker that dies holding slots does
+not leak them (a restarted worker frees its previous incarnation's leases; stale leases expire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class JudgeLimiter:
+    """Global budget: at most ``max_concurrency`` leases out at once and, when ``rate_per_s`` is set,
+    at most ``rate_per_s`` acquisitions per second (token bucket holding up to ``burst`` tokens).
+
+    Runs as an async Ray actor; also usable in-process (every method is a plain method/coroutine).
+    """
+
+    def __init__(
+        self,
+        max_concurrency: int,
+        rate_per_s: float | None = None,
+        burst: float | None = None,
+        lease_timeout_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        if rate_per_s is not None and rate_per_s <= 0:
+            raise ValueError("rate_per_s must be > 0")
+        self.max_concurrency = max_concurrency
+        self.rate_per_s = rate_per_s
+        self.burst = float(burst if burst is not None else max(1.0, rate_per_s or 1.0))
+        self.lease_timeout_s = lease_timeout_s
+        self._clock = clock
+        self._tokens = self.burst
+        self._last = clock()
+        self._leases: dict[int, tuple[str, float]] = {}
+        self._ids = itertools.count(1)
+        self._cond: asyncio.Condition | None = None
+        self._bucket_lock: asyncio.Lock | None = None
+        self._stats = {"acquired": 0, "max_in_use": 0, "expired": 0, "waiting": 0}
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+            self._bucket_lock = asyncio.Lock()
+        return self._cond
+
+    def _expire(self) -> None:
+        now = self._clock()
+        stale = [k for k, (_, t) in self._leases.items() if now - t > self.lease_timeout_s]
+        for k in stale:
+            del self._leases[k]
+        self._stats["expired"] += len(stale)
+
+    async def acquire(self, holder: str = "") -> int:
+        """Wait for a free slot (and a rate token); returns a lease id to pass to :meth:`release`."""
+        cond = self._condition()
+        async with cond:
+            self._stats["waiting"] += 1
+            try:
+                while True:
+                    self._expire()
+                    if len(self._leases) < self.max_concurrency:
+                        break
+                    try:
+                        await asyncio.wait_for(cond.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        pass
+            finally:
+                self._stats["waiting"] -= 1
+            lease = next(self._ids)
+            self._leases[lease] = (holder, self._clock())
+            self._stats["acquired"] += 1
+            self._stats["max_in_use"] = max(self._stats["max_in_use"], len(self._leases))
+        if self.rate_per_s is not None:
+            try:
+                await self.take(1)
+            except BaseException:
+                await self.release(lease)
+                raise
+        return lease
+
+    async def release(self, lease: int) -> None:
+        """Give a slot back (unknown or expired leases are ignored)."""
+        cond = self._condition()
+        async with cond:
+            if self._leases.pop(lease, None) is not None:
+                cond.notify()
+
+    async def release_holder(self, holder: str) -> int:
+        """Free every lease ``holder`` holds (a restarted worker frees its dead predecessor's); returns how many."""
+        cond = self._condition()
+        async with cond:
+            mine = [k for k, (h, _) in self._leases.items() if h == holder]
+            for k in mine:
+                del self._leases[k]
+            cond.notify(len(mine))
+            return len(mine)
+
+    async def take(self, n: float = 1.0) -> None:
+        """Token bucket: wait until ``n`` tokens are available at ``rate_per_s`` and consume them
+        (no-op without a rate). Callers are served first come, first served."""
+        if self.rate_per_s is None:
+            return
+        if n > self.burst:
+            raise ValueError(f"take({n}) asks for more than the bucket holds ({self.burst})")
+        self._condition()
+        assert self._bucket_lock is not None
+        async with self._bucket_lock:
+            while True:
+                now = self._clock()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
+                self._last = now
+                if self._tokens >= n:
+                    self._tokens -= n
+                    return
+                await asyncio.sleep((n - self._tokens) / self.rate_per_s)
+
+    def stats(self) -> dict[str, Any]:
+        """In use now, most ever in use, leases granted, expired and callers waiting."""
+        return {**self._stats, "in_use": len(self._leases), "max_concurrency": self.max_concurrency}
+
+    def ping(self) -> bool:
+        """Liveness probe."""
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker side
+# ---------------------------------------------------------------------------------------------
+
+_current: tuple[Any, str] | None = None
+
+
+def set_limiter(handle: Any, holder: str = "") -> None:
+    """Make ``handle`` (a :class:`JudgeLimiter` actor handle, or ``None``) this process's judge budget."""
+    global _current
+    _current = None if handle is None else (handle, holder)
+
+
+def get_limiter() -> Any:
+    """The limiter actor handle set in this process, or ``None`` (e.g. for ``handle.take.remote(n)``)."""
+    return None if _current is None else _current[0]
+
+
+class judge_slot:  # noqa: N801 - used like a function: `async with judge_slot():`
+    """Hold one slot of the shared judge budget for the duration of a request.
+
+    A no-op when no limiter is set. Works as ``async with`` (awaits the actor without blocking
+    the loop) and as ``with`` (blocks the calling thread).
+    """
+
+    def __init__(self) -> None:
+        self._current = _current
+        self._lease: int | None = None
+
+    async def __aenter__(self) -> judge_slot:
+        if self._current is not None:
+            handle, holder = self._current
+            self._lease = await handle.acquire.remote(holder)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._lease is not None:
+            handle, _ = self._current  # type: ignore[misc]
+            lease, self._lease = self._lease, None
+            await handle.release.remote(lease)
+
+    def __enter__(self) -> judge_slot:
+        if self._current is not None:
+            import ray
+
+            handle, holder = self._current
+            self._lease = ray.get(handle.acquire.remote(holder))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lease is not None:
+            import ray
+
+            handle, _ = self._current  # type: ignore[misc]
+            lease, self._lease = self._lease, None
+            ray.get(handle.release.remote(lease))
+
+
+def create_limiter(
+    name: str, max_concurrency: int, rate_per_s: float | None = None, burst: float | None = None
+) -> Any:
+    """Start a named, detached :class:`JudgeLimiter` actor (0 CPUs); the caller kills it when done."""
+    import ray
+
+    from rewardkit.ray.runtime import NAMESPACE
+
+    cls = ray.remote(JudgeLimiter)
+    return cls.options(
+        name=name,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        num_cpus=0,
+        max_concurrency=10_000,
+        max_restarts=-1,
+        max_task_retries=-1,
+    ).remote(max_concurrency, rate_per_s, burst)

@@ -1,0 +1,97 @@
+"""One judge budget across workers: K concurrent requests at most, measured at a real local server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from aiohttp import web
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+K = 3
+
+
+class CountingServer:
+    """An aiohttp server on 127.0.0.1 that records how many requests it holds at once."""
+
+    def __init__(self, delay_s: float = 0.05):
+        self.delay_s = delay_s
+        self.current = self.peak = self.total = 0
+        self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        assert self._started.wait(10)
+
+    async def _handle(self, request):
+        with self._lock:
+            self.current += 1
+            self.total += 1
+            self.peak = max(self.peak, self.current)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            with self._lock:
+                self.current -= 1
+        return web.Response(text="1.0")
+
+    def _serve(self):
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_get("/judge", self._handle)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._started.set()
+        self.loop.run_forever()
+
+    def reset(self):
+        with self._lock:
+            self.peak = self.total = 0
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = CountingServer(delay_s=0.1)
+    yield s
+    s.close()
+
+
+def judge_batch(n: int, raw: bool = False) -> list[dict]:
+    return [{"response": f"r{i}", "extra_info": {"raw": raw, "i": i}} for i in range(n)]
+
+
+def test_global_judge_limit_holds_across_workers(ray_cluster, server, crf):
+    from rewardkit.ray import RewardLoopManager
+
+    config = {
+        "num_workers": 2,
+        "custom_reward_function": crf("judge", url=f"http://127.0.0.1:{server.port}/judge"),
+    }
+    with RewardLoopManager(config, worker_num_cpus=0.5, judge_concurrency=K) as m:
+        # control: the same traffic outside the budget exceeds K (so the measurement can fail)
+        server.reset()
+        raw = m.compute(judge_batch(40, raw=True))
+        assert raw.scores == [1.0] * 40 and server.total == 40
+        assert server.peak > K
+
+        server.reset()
+        limited = m.compute(judge_batch(40))
+        assert limited.scores == [1.0] * 40 and server.total == 40
+        assert server.peak <= K
+        assert server.peak >= 2  # the budget is shared, not one request at a time
+        stats = ray_cluster.get(m.limiter.stats.remote())
+        assert stats["max_in_use"] <= K and stats["in_use"] == 0 and stats["acquired"] == 40
+        assert ray_cluster.get_actor(m.limiter_name, namespace="rewardkit") is not None
+    with pytest.raises(ValueError):  # the named limiter goes away with the manager
+        ray_cluster.get_actor(m.limiter_name, namespace="rewardkit")
