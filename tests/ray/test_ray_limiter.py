@@ -36,12 +36,15 @@ class CountingServer:
         finally:
             with self._lock:
                 self.current -= 1
+        if request.method == "POST":  # OpenAI chat-completions, for the generative backend
+            return web.json_response({"choices": [{"message": {"role": "assistant", "content": "Score: 7"}}]})
         return web.Response(text="1.0")
 
     def _serve(self):
         asyncio.set_event_loop(self.loop)
         app = web.Application()
         app.router.add_get("/judge", self._handle)
+        app.router.add_post("/v1/chat/completions", self._handle)
         self.runner = web.AppRunner(app)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -95,3 +98,21 @@ def test_global_judge_limit_holds_across_workers(ray_cluster, server, crf):
         assert ray_cluster.get_actor(m.limiter_name, namespace="rewardkit") is not None
     with pytest.raises(ValueError):  # the named limiter goes away with the manager
         ray_cluster.get_actor(m.limiter_name, namespace="rewardkit")
+
+
+def test_generative_backend_in_workers_shares_the_budget(ray_cluster, server):
+    """The real judge backend, built inside each worker, sends through the one shared budget."""
+    from rewardkit.ray import RewardLoopManager
+
+    rollout = {"base_url": f"http://127.0.0.1:{server.port}", "model": "judge", "template": "rubric"}
+    config = {
+        "num_workers": 2,
+        "reward_model": {"enable": True, "backend": "generative", "rollout": {**rollout, "max_in_flight": K}},
+    }
+    with RewardLoopManager(config, worker_num_cpus=0.5) as m:
+        server.reset()
+        result = m.compute([{"prompt": "q", "response": f"answer {i}"} for i in range(40)])
+    assert result.status == ["ok"] * 40
+    assert result.scores == [pytest.approx(0.7)] * 40
+    assert server.total == 40
+    assert server.peak <= K  # each worker alone may hold K: only the shared budget keeps the sum at K
