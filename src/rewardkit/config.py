@@ -130,6 +130,9 @@ class RewardConfig(_Model):
         50_000, gt=0, description="longer responses fail with input_too_large"
     )
     max_concurrency: int = Field(64, ge=1, description="async scorers / requests in flight")
+    worker_memory_mb: int | None = Field(
+        None, gt=0, description="address-space cap per process worker, MiB above its size at start"
+    )
     dedup: bool = Field(True, description="score identical (data_source, response, ground_truth) once")
     failure_score: float | None = Field(None, description="score reported for failed samples; default nan")
     abstain_score: float | None = Field(None, description="score reported for abstained samples; default nan")

@@ -219,12 +219,16 @@ def compute_metrics(
     for ds, vals in sorted(by_source.items()):
         m[f"reward/{ds}/mean"] = statistics.fmean(vals)
     comp: dict[str, list[float]] = defaultdict(list)
-    for r in results:
+    comp_by_source: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r, ds in zip(results, data_sources, strict=True):
         for name, v in r.components.items():
             if v is not None:
                 comp[name].append(v)
+                comp_by_source[(ds or "unknown", name)].append(v)
     for name, vals in sorted(comp.items()):
         m[f"reward/component/{name}/mean"] = statistics.fmean(vals)
+    for (ds, name), vals in sorted(comp_by_source.items()):
+        m[f"reward/{ds}/component/{name}/mean"] = statistics.fmean(vals)
     if elapsed_s is not None:
         m["timing/total_s"] = elapsed_s
         if results and elapsed_s > 0:

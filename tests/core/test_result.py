@@ -81,6 +81,8 @@ def test_metrics_count_status_reasons_and_means_per_source():
     assert m["reward/gsm8k/mean"] == 1.0 and m["reward/math/mean"] == 0.25
     assert m["reward/mean"] == pytest.approx(0.625)
     assert m["reward/component/a/mean"] == 0.5
+    assert m["reward/math/component/a/mean"] == 0.5
+    assert "reward/math/component/b/mean" not in m  # an absent component is not averaged as 0
     assert m["timing/samples_per_s"] == 2.0
 
 

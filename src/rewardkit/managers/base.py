@@ -95,7 +95,8 @@ class ManagerContext:
         return spec
 
 
-def _freeze(value: Any) -> Any:
+def freeze(value: Any) -> Any:
+    """A hashable stand-in for ``value`` (JSON text for dicts and lists), for dedup keys."""
     try:
         hash(value)
         return value
@@ -113,7 +114,7 @@ def dedup_key(spec: ScorerSpec, sample: Sample) -> tuple:
     return (
         spec.name,
         spec.ref,
-        tuple(_freeze(getattr(sample, "response" if f == "solution_str" else f)) for f in fields),
+        tuple(freeze(getattr(sample, "response" if f == "solution_str" else f)) for f in fields),
     )
 
 
