@@ -216,6 +216,19 @@ def _is_legacy(data: dict[str, Any]) -> bool:
     return is_legacy(data)
 
 
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Read a YAML file (an empty file is ``{}``); every failure is a :class:`ConfigError` naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    return {} if data is None else data
+
+
 def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None = None) -> RewardConfig:
     """Build a :class:`RewardConfig` from ``None`` (defaults), a dict, a YAML file path or a config.
 
@@ -230,14 +243,7 @@ def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None
     origin = ""
     if isinstance(config, str | os.PathLike):
         origin = str(config)
-        try:
-            data = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {config}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {config} is not valid YAML: {e}") from None
-        if data is None:
-            data = {}
+        data = read_yaml(config)
     else:
         data = config
     if not isinstance(data, dict):

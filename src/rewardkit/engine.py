@@ -14,7 +14,7 @@ from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
-from rewardkit.result import RewardResult, compute_metrics
+from rewardkit.result import RewardResult
 from rewardkit.scoring import resolve_ref
 
 ConfigLike = RewardConfig | dict[str, Any] | str | None
@@ -123,17 +123,10 @@ class RewardEngine:
                 f"reward manager {type(manager).__name__} returned {len(results)} results for {len(batch)} samples"
             )
         elapsed = time.perf_counter() - start
-        sources = [s.data_source for s in batch]
-        metrics = compute_metrics(results, sources, elapsed)
+        result = RewardResult.gather(results, [s.data_source for s in batch], elapsed, self.config)
         if backend is not None:
-            metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
-        return RewardResult(
-            samples=results,
-            data_sources=sources,
-            metrics=metrics,
-            failure_score=self.config.failure_score,
-            abstain_score=self.config.abstain_score,
-        )
+            result.metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
+        return result
 
     def compute(self, samples: Iterable[Any]) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""

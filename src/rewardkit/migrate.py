@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rewardkit.config import read_yaml
 from rewardkit.errors import ConfigError
 
 __all__ = [
@@ -292,16 +293,7 @@ def _load(config: Any) -> tuple[dict[str, Any], str]:
     origin = ""
     if isinstance(config, str | os.PathLike):
         origin = str(config)
-        try:
-            data = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {config}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read config file {config}: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {config} is not valid YAML: {e}") from None
-        if data is None:
-            data = {}
+        data = read_yaml(config)
     else:
         data = config
     if not (isinstance(data, Mapping) or type(data).__module__.startswith("omegaconf")):

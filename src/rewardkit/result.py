@@ -196,6 +196,23 @@ class RewardResult:
         """One JSON-serialisable dict per sample."""
         return [r.to_dict() for r in self.samples]
 
+    @classmethod
+    def gather(
+        cls,
+        results: list[SampleResult],
+        data_sources: list[str | None],
+        elapsed_s: float | None,
+        config: Any,
+    ) -> RewardResult:
+        """A batch result with its metrics, reporting scores as ``config`` (a RewardConfig) asks."""
+        return cls(
+            samples=results,
+            data_sources=data_sources,
+            metrics=compute_metrics(results, data_sources, elapsed_s),
+            failure_score=config.failure_score,
+            abstain_score=config.abstain_score,
+        )
+
 
 def compute_metrics(
     results: Sequence[SampleResult], data_sources: Sequence[str | None], elapsed_s: float | None = None

@@ -21,11 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from rewardkit.backends.base import RMBackend
 from rewardkit.backends.http import (
     TIMED_OUT,
-    BackendMetrics,
-    HTTPCore,
+    HTTPBackend,
     HTTPSettings,
     RequestFailed,
     gather_with_deadline,
@@ -105,7 +103,7 @@ class _Answer:
     usage: tuple[int, int] = (0, 0)
 
 
-class GenerativeRM(RMBackend):
+class GenerativeRM(HTTPBackend):
     """An LLM judge over HTTP: one request per distinct judge prompt, parsed into a score.
 
     ``ascore`` never raises for one sample: each ends ``ok`` or ``failed`` with reason ``http``,
@@ -117,9 +115,10 @@ class GenerativeRM(RMBackend):
     name = "generative"
 
     def __init__(self, config: RewardModelConfig):
-        super().__init__(config)
-        rollout = dict(config.rollout)
-        self.settings: GenerativeSettings = parse_settings(GenerativeSettings, rollout, "generative")
+        self.settings: GenerativeSettings = parse_settings(
+            GenerativeSettings, dict(config.rollout), "generative"
+        )
+        super().__init__(config, self.settings)
         s = self.settings
         self.model = s.model or config.model_path
         if not self.model:
@@ -128,8 +127,6 @@ class GenerativeRM(RMBackend):
         self.parse = build_parser(s.parser if s.parser is not None else self.template.parser)
         self.score_range = s.score_range if "score_range" in s.model_fields_set else self.template.score_range
         self.url = s.base_url.rstrip("/") + ("/v1/chat/completions" if s.api == "chat" else "/v1/completions")
-        self.metrics_ = BackendMetrics()
-        self.http = HTTPCore(s, self.metrics_)
         self._cache: JudgeCache | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -149,22 +146,10 @@ class GenerativeRM(RMBackend):
 
     def close(self) -> None:
         """Close the HTTP session and the cache (idempotent)."""
-        self.http.close()
         if self._cache is not None:
             self._cache.close()
             self._cache = None
         super().close()
-
-    async def aclose(self) -> None:
-        """Close from the event loop that owns the session."""
-        await self.http.aclose()
-        self.close()
-
-    def metrics(self) -> dict[str, float]:
-        """Requests, retries, errors and failures by kind, tokens, p50/p99 latency, cache hits, dedup saves."""
-        m = self.metrics_.collect()
-        m["in_flight_limit/min"] = self.http.lowest_in_flight_limit()
-        return m
 
     # -- requests ---------------------------------------------------------------------------------
     def _request(self, sample: Sample) -> _Job:

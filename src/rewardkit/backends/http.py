@@ -23,12 +23,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rewardkit.backends.base import RMBackend
 from rewardkit.errors import ConfigError
 from rewardkit.ray.limiter import judge_slot
+
+if TYPE_CHECKING:
+    from rewardkit.config import RewardModelConfig
 
 RETRYABLE_STATUS = frozenset({408, 429})
 
@@ -675,3 +679,28 @@ async def gather_with_deadline(aws: Sequence[Awaitable[Any]], deadline_s: float 
 
 #: Marker :func:`gather_with_deadline` puts where an awaitable passed the deadline.
 TIMED_OUT = _TIMED_OUT
+
+
+class HTTPBackend(RMBackend):
+    """Base of the RM backends that speak HTTP: one :class:`HTTPCore`, its metrics, and closing both."""
+
+    def __init__(self, config: RewardModelConfig, settings: HTTPSettings):
+        super().__init__(config)
+        self.metrics_ = BackendMetrics()
+        self.http = HTTPCore(settings, self.metrics_)
+
+    def close(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        self.http.close()
+        super().close()
+
+    async def aclose(self) -> None:
+        """Close from the event loop that owns the session."""
+        await self.http.aclose()
+        self.close()
+
+    def metrics(self) -> dict[str, float]:
+        """Requests, retries, errors and failures by kind, tokens, p50/p99 latency, cache hits, dedup saves."""
+        m = self.metrics_.collect()
+        m["in_flight_limit/min"] = self.http.lowest_in_flight_limit()
+        return m

@@ -18,11 +18,9 @@ from typing import Any
 
 from pydantic import Field
 
-from rewardkit.backends.base import RMBackend
 from rewardkit.backends.http import (
     TIMED_OUT,
-    BackendMetrics,
-    HTTPCore,
+    HTTPBackend,
     HTTPSettings,
     RequestFailed,
     gather_with_deadline,
@@ -55,7 +53,7 @@ def _label(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-class RemoteRM(RMBackend):
+class RemoteRM(HTTPBackend):
     """A reward model served elsewhere, spoken to with OpenRLHF's ``{"query": [...]} → {"rewards": [...]}``.
 
     Per-sample extra: ``latency_s`` and ``retries`` of its chunk's request; ``rm_extra`` holds the
@@ -65,8 +63,8 @@ class RemoteRM(RMBackend):
     name = "remote"
 
     def __init__(self, config: RewardModelConfig):
-        super().__init__(config)
         self.settings: RemoteSettings = parse_settings(RemoteSettings, dict(config.rollout), "remote")
+        super().__init__(config, self.settings)
         s = self.settings
         try:
             s.query_template.format(prompt="", response="", ground_truth="")
@@ -76,24 +74,6 @@ class RemoteRM(RMBackend):
                 f"{{prompt}}, {{response}}, {{ground_truth}}): {e}"
             ) from None
         self.url = s.base_url.rstrip("/") + s.path if s.path else s.base_url
-        self.metrics_ = BackendMetrics()
-        self.http = HTTPCore(s, self.metrics_)
-
-    def close(self) -> None:
-        """Close the HTTP session (idempotent)."""
-        self.http.close()
-        super().close()
-
-    async def aclose(self) -> None:
-        """Close from the event loop that owns the session."""
-        await self.http.aclose()
-        self.close()
-
-    def metrics(self) -> dict[str, float]:
-        """Requests, retries, errors and failures by kind, p50/p99 latency, dedup saves."""
-        m = self.metrics_.collect()
-        m["in_flight_limit/min"] = self.http.lowest_in_flight_limit()
-        return m
 
     def _item(self, sample: Sample) -> tuple[str, str, str]:
         prompt = sample.prompt_text

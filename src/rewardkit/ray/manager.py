@@ -16,7 +16,7 @@ from typing import Any
 from rewardkit.batch import Sample, to_samples
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.ray.sharding import split_contiguous
-from rewardkit.result import RewardResult, SampleResult, compute_metrics
+from rewardkit.result import RewardResult, SampleResult
 
 
 def _kill_quietly(handle: Any) -> None:
@@ -300,17 +300,10 @@ class RewardLoopManager:
             finally:
                 await self._exit_batch()
         self.stats.update(stats)
-        sources = [s.data_source for s in batch]
-        metrics = compute_metrics(results, sources, time.perf_counter() - start)
-        metrics.update({f"ray/{k}": float(v) for k, v in sorted(stats.items())})
-        metrics["ray/num_workers"] = float(self._group.live_workers())
-        return RewardResult(
-            samples=results,
-            data_sources=sources,
-            metrics=metrics,
-            failure_score=self.config.failure_score,
-            abstain_score=self.config.abstain_score,
-        )
+        result = RewardResult.gather(results, [s.data_source for s in batch], time.perf_counter() - start, self.config)
+        result.metrics.update({f"ray/{k}": float(v) for k, v in sorted(stats.items())})
+        result.metrics["ray/num_workers"] = float(self._group.live_workers())
+        return result
 
     def _check_open(self) -> None:
         if self._closed:

@@ -95,3 +95,9 @@ def make_backend(tiny_rm_dir):
     yield make
     for b in made:
         b.close()
+
+
+@pytest.fixture
+def reference_cls():
+    """The :class:`Reference` class, for tests that build their own model (test folders share no module names)."""
+    return Reference

@@ -423,12 +423,11 @@ def test_a_failing_forward_fails_its_batch_only(make_backend, monkeypatch):
 
 
 @pytest.mark.parametrize("config_pad", ["eos", None])
-def test_rows_are_padded_with_the_models_pad_id(make_backend, tmp_path, config_pad):
-    from conftest import Reference
+def test_rows_are_padded_with_the_models_pad_id(make_backend, tmp_path, config_pad, reference_cls):
     from tiny_models import build_tiny_classifier
 
     path = build_tiny_classifier(tmp_path / "rm", pad_token_id=2 if config_pad == "eos" else None)
-    ref = Reference(path)
+    ref = reference_cls(path)
     records = [{"prompt": "p", "response": "short"}, {"prompt": "q", "response": " ".join(WORDS * 2)}]
     results = make_backend(path).score(to_samples(records))
     if config_pad is None:
