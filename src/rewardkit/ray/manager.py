@@ -300,7 +300,9 @@ class RewardLoopManager:
             finally:
                 await self._exit_batch()
         self.stats.update(stats)
-        result = RewardResult.gather(results, [s.data_source for s in batch], time.perf_counter() - start, self.config)
+        result = RewardResult.gather(
+            results, [s.data_source for s in batch], time.perf_counter() - start, self.config
+        )
         result.metrics.update({f"ray/{k}": float(v) for k, v in sorted(stats.items())})
         result.metrics["ray/num_workers"] = float(self._group.live_workers())
         return result
