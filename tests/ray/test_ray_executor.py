@@ -64,3 +64,39 @@ async def test_batch_scorer_runs_once_on_a_worker(ray_engine, scorers_path):
         [ScoreTask(spec.__class__("n", fn, spec.ref), s) for s in samples[:0]]
     )
     assert direct == []
+
+
+def test_rewardkit_score_with_executor_ray(ray_cluster, crf, tmp_path, monkeypatch):
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from rewardkit.cli import cli
+    from rewardkit.executors.ray import RayExecutor
+
+    monkeypatch.setattr(RayExecutor, "worker_num_cpus", 0.25)
+    config = tmp_path / "reward.yaml"
+    config.write_text(yaml.safe_dump({"reward": {"custom_reward_function": crf()}}))
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text(
+        "".join(json.dumps({"response": str(i), "ground_truth": "1"}) + "\n" for i in range(5))
+    )
+    out = tmp_path / "out.jsonl"
+    args = [
+        "score",
+        str(rollouts),
+        "-c",
+        str(config),
+        "-o",
+        str(out),
+        "--executor",
+        "ray",
+        "--num-workers",
+        "1",
+    ]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["score"] for r in scored] == [0.0, 1.0, 0.0, 0.0, 0.0]
+    assert "5 samples in" in res.output
