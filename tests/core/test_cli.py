@@ -85,3 +85,26 @@ def test_score_help_mentions_fields():
     res = CliRunner().invoke(cli, ["score", "--help"])
     assert res.exit_code == 0
     assert "ground_truth" in res.output and "--executor" in res.output
+
+
+def test_migrate_config_command(tmp_path):
+    import yaml
+
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "reward_model:\n  reward_manager: dapo\n  num_workers: 4\n"
+        "custom_reward_function:\n  path: my_reward.py\n"
+    )
+    new = tmp_path / "new.yaml"
+    res = CliRunner().invoke(cli, ["migrate-config", str(old), "-o", str(new)])
+    assert res.exit_code == 0, res.output
+    assert "reward_model.reward_manager" in res.output and "reward.reward_manager.name" in res.output
+    reward = yaml.safe_load(new.read_text())["reward"]
+    assert reward["reward_manager"]["name"] == "dapo" and reward["num_workers"] == 4
+    assert reward["custom_reward_function"]["path"] == "my_reward.py"
+    printed = CliRunner().invoke(cli, ["migrate-config", str(old)])
+    assert printed.exit_code == 0 and "reward:" in printed.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    res = CliRunner().invoke(cli, ["migrate-config", str(bad)])
+    assert res.exit_code == 1 and "must be a mapping" in res.output
