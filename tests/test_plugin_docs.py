@@ -1,8 +1,10 @@
 """Docs that cannot drift from the plugin contract (after datasette's test_docs):
 
-* every hook in rewardkit/hookspecs.py has a section in docs/plugins/hooks.md naming each of its
-  arguments, and no section documents a hook that does not exist;
-* every section's example is a complete plugin that passes rewardkit.testing.check_plugin;
+* every hook in rewardkit/hookspecs.py has a section in docs/plugins/hooks.md with its arguments
+  (naming each one), what it returns and an example, and no section documents a hook that does not exist;
+* every section's example is a complete plugin that passes rewardkit.testing.check_plugin, and the
+  examples run: through the real engine (scorers, manager, executor, RM backend on a tiny model) or
+  click (the command);
 * every hook is implemented by at least one test (a ``def <hook>(`` in tests/ or plugins/*/tests/).
 """
 
@@ -52,6 +54,8 @@ def test_hookspecs_has_hooks():
 def test_every_hook_has_a_section_naming_its_arguments(hook):
     sections = hook_sections()
     assert hook in sections, f"docs/plugins/hooks.md has no '## `{hook}`' section"
+    for part in ("**Arguments.**", "**Returns.**", "**Example.**"):
+        assert part in sections[hook], f"the {hook} section has no {part} paragraph"
     for param in inspect.signature(getattr(hookspecs, hook)).parameters:
         assert f"`{param}" in sections[hook], f"the {hook} section does not mention its argument {param!r}"
 
@@ -91,3 +95,116 @@ def test_every_hook_is_implemented_by_a_test(hook):
     pattern = re.compile(rf"\bdef {hook}\(")
     users = [p for p, text in _test_sources().items() if pattern.search(text)]
     assert users, f"no test implements the {hook} hook (no 'def {hook}(' under tests/ or plugins/*/tests/)"
+
+
+def _example_module(hook: str) -> types.ModuleType:
+    """The hook section's example, executed as an importable module (kept in sys.modules)."""
+    body = hook_sections()[hook]
+    source = re.findall(r"^```python\n(.*?)^```", body, flags=re.MULTILINE | re.DOTALL)[0]
+    module = types.ModuleType(f"_rewardkit_hooks_md_run_{hook}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, f"{HOOKS_MD}:{hook}", "exec"), module.__dict__)
+    return module
+
+
+@pytest.fixture
+def examples():
+    made: list[str] = []
+
+    def load(hook: str) -> types.ModuleType:
+        module = _example_module(hook)
+        made.append(module.__name__)
+        return module
+
+    yield load
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def test_the_examples_score_as_their_sections_say(examples):
+    """The scorer, manager and executor examples do what their sections say, through the real engine."""
+    from rewardkit.testing import score_samples
+
+    samples = [
+        {"data_source": "my_org/qa", "response": " Paris ", "ground_truth": "Paris"},
+        {"data_source": "my_org/qa_hard", "response": "Lyon", "ground_truth": "Paris"},
+        {"data_source": "my_org/qa", "response": "x", "ground_truth": None},
+    ]
+    plugins = {
+        "scorers": examples("register_scorers"),
+        "clipped": examples("register_reward_managers"),
+        "threads": examples("register_executors"),
+    }
+    config = {
+        "executor": "threads",
+        "reward_manager": {"name": "clipped", "kwargs": {"low": 0.0, "high": 0.5}},
+    }
+    result = score_samples(samples, config, plugins=plugins)
+    assert result.status == ["ok", "ok", "abstained"]
+    assert result.scores[:2] == [0.5, 0.0]  # exact_match 1.0 clipped to high=0.5; the pattern routes qa_hard
+
+    essays = [
+        {"data_source": "essays", "response": "one two three"},
+        {"data_source": "essays", "response": ""},
+    ]
+    batch = {"reward_manager": {"name": "batch", "kwargs": {"scorer": "word_count"}}}
+    result = score_samples(essays, batch, plugins={"scorers": plugins["scorers"]})
+    assert result.status == ["ok", "ok"] and result.scores == pytest.approx([0.03, 0.0])  # 3 words / 100
+
+
+def test_a_batch_scorer_routed_by_data_source(examples):
+    from rewardkit.testing import score_samples
+
+    essays = [
+        {"data_source": "essays", "response": "one two three"},
+        {"data_source": "essays", "response": ""},
+    ]
+    result = score_samples(essays, plugins={"scorers": examples("register_scorers")})
+    assert result.status == ["ok", "ok"] and result.scores == pytest.approx([0.03, 0.0])
+
+
+def test_the_command_example_counts_failed_samples(examples, tmp_path):
+    import json
+
+    import click
+    from click.testing import CliRunner
+
+    group = click.Group("rewardkit")
+    examples("register_commands").register_commands(cli=group)
+    scored = tmp_path / "scored.jsonl"
+    records = [
+        {"status": "ok", "score": 1.0},
+        {"status": "failed", "reason": "timeout"},
+        {"status": "failed", "reason": "error"},
+        {"status": "failed", "reason": "timeout"},
+    ]
+    scored.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = CliRunner().invoke(group, ["count-failed", str(scored)])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == {"error": 1, "timeout": 2}
+
+
+@pytest.mark.slow
+def test_the_rm_backend_example_scores_with_a_tiny_model(examples, tmp_path):
+    """The register_rm_backends example, on a tiny BERT classifier, through the real engine and lifecycle."""
+    import math
+
+    from tiny_models import build_tiny_bert_classifier
+
+    import rewardkit
+    from rewardkit.testing import install_plugin
+
+    path = build_tiny_bert_classifier(tmp_path / "rm")
+    config = {"executor": "inline", "reward_model": {"enable": True, "backend": "classifier"}}
+    config["reward_model"]["model_path"] = str(path)
+    samples = [{"prompt": "what is two plus two", "response": r} for r in ("four", "five", "")]
+    plugin = examples("register_rm_backends")
+    with install_plugin(plugin, name="classifier"), rewardkit.RewardEngine(config) as engine:
+        result = engine.compute(samples)
+        engine.sleep()
+        again = engine.compute(samples)
+        transitions = list(engine.backend.transitions)
+    assert result.status == ["ok", "ok", "ok"]
+    assert all(math.isfinite(s) for s in result.scores) and result.components["rm"] == result.scores
+    assert again.scores == pytest.approx(result.scores, abs=1e-5)
+    assert transitions == ["load", "sleep", "wake_up"]

@@ -9,6 +9,8 @@ Import it as ``from tiny_models import ...`` in tests (pytest puts ``tests/`` on
   ChatML-like Jinja chat template that *also* starts with ``<s>`` (so a naive
   ``tokenizer(template_text)`` gives a duplicated BOS, as with many real RMs).
 * :func:`build_tiny_classifier`: ``AutoModelForSequenceClassification`` (reward-model head).
+* :func:`build_tiny_bert_classifier`: a BERT classifier with a WordPiece tokenizer that wraps every
+  input as ``[CLS] ... [SEP]`` (its head reads the ``[CLS]`` position).
 * :func:`build_tiny_causal_lm`: ``LlamaForCausalLM`` (a policy for trainer-integration tests).
 """
 
@@ -180,6 +182,39 @@ def build_tiny_causal_lm(path: str | Path, *, seed: int = 0):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    model.eval()
+    model.save_pretrained(str(path))
+    return path
+
+
+def build_tiny_bert_classifier(path: str | Path, *, seed: int = 0):
+    """A seeded 2-layer ``BertForSequenceClassification`` (hidden 32, one label) with a WordPiece
+    tokenizer (``[CLS] text [SEP]``, no chat template), saved to ``path``. Returns ``path``."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, BertConfig, BertTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    words = sorted({w.strip(".,?!:;$#()\\").lower() for line in _CORPUS for w in line.split()} - {""})
+    chars = sorted({c for line in _CORPUS for c in line.lower() if not c.isspace()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *words]
+    vocab_file = path / "vocab.txt"
+    vocab_file.write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), model_max_length=512)
+    tokenizer.save_pretrained(str(path))
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
     model.eval()
     model.save_pretrained(str(path))
     return path

@@ -317,11 +317,20 @@ def _attach_extra_commands() -> None:
     from rewardkit.plugins import get_registries
 
     regs = get_registries()
+    builtin = dict(cli.commands)
     for impl in regs.pm.hook.register_commands.get_hookimpls():
         try:
             impl.function(cli=cli)
         except Exception as e:  # a broken plugin must not take the CLI down
             click.echo(f"warning: plugin {impl.plugin_name!r} failed to add its commands: {e}", err=True)
+        clobbered = sorted(n for n, cmd in builtin.items() if cli.commands.get(n) is not cmd)
+        if clobbered:
+            cli.commands.update({n: builtin[n] for n in clobbered})
+            click.echo(
+                f"warning: plugin {impl.plugin_name!r} tried to replace rewardkit command(s) "
+                f"{', '.join(clobbered)}; kept rewardkit's",
+                err=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -264,3 +264,41 @@ def test_reward_model_combines_with_rule_scores_and_lifecycle(site, reward_file)
     )
     assert both.scores == [pytest.approx(1.0 + 0.25)]
     assert both.components == {"rule": [1.0], "rm": [0.5]}
+
+
+MIXED_PLUGIN = """
+import os
+import rewardkit
+
+def lengths(responses):
+    with open(os.environ["RK_BATCH_CALLS"], "a") as f:
+        f.write(str(len(responses)) + "\\n")
+    return [len(r) for r in responses]
+
+def exact(response, ground_truth):
+    return float(response == ground_truth)
+
+@rewardkit.hookimpl
+def register_scorers(register):
+    register(lengths, name="lengths", data_sources=["len/v1"], batch=True)
+    register(exact, name="exact", data_sources=["exact/v1"])
+"""
+
+
+@pytest.mark.parametrize("executor", ["inline", "process"])
+def test_naive_manager_calls_a_routed_batch_scorer_once_and_keeps_order(
+    site, tmp_path, monkeypatch, executor
+):
+    make_dist(site, "rk-mixed", "1.0", "mixed", "rkt_mixed", MIXED_PLUGIN)
+    calls = tmp_path / "batch_calls.txt"
+    monkeypatch.setenv("RK_BATCH_CALLS", str(calls))
+    samples = [
+        {"data_source": "len/v1", "response": "abc"},
+        {"data_source": "exact/v1", "response": "x", "ground_truth": "x"},
+        {"data_source": "len/v1", "response": ""},
+        {"data_source": "exact/v1", "response": "x", "ground_truth": "y"},
+        {"data_source": "len/v1", "response": "héllo"},
+    ]
+    r = rewardkit.compute(samples, {"executor": executor, "num_workers": 1})
+    assert r.scores == [3.0, 1.0, 0.0, 0.0, 5.0]
+    assert calls.read_text().splitlines() == ["3"]  # one call for the three len/v1 samples

@@ -56,6 +56,29 @@ def test_list_plugins_json_finds_both_plugins(listed):
     assert by_name["semsim"]["kinds"] == ["backends"]
 
 
+def test_plugins_are_installed_from_this_repository():
+    """`make test` installs plugins/rewardkit-*: the entry points resolve to those source trees."""
+    code = (
+        "import json, sys\n"
+        "from importlib import metadata\n"
+        "out = {}\n"
+        "for ep in metadata.entry_points(group='rewardkit'):\n"
+        "    if ep.name in sys.argv[1:]:\n"
+        "        out[ep.name] = [ep.dist.metadata['Name'], ep.dist.version, ep.value, ep.load().__file__]\n"
+        "print(json.dumps(out))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *PLUGINS], capture_output=True, text=True, timeout=120, check=True
+    )
+    found = json.loads(out.stdout)
+    repo = Path(__file__).resolve().parents[2]
+    for name, dist in PLUGINS.items():
+        assert name in found, f"{dist} is not installed (pip install -e plugins/{dist})"
+        got_dist, version, value, module_file = found[name]
+        assert (got_dist, version, value) == (dist, "0.1.0", dist.replace("-", "_"))
+        assert Path(module_file).resolve().is_relative_to(repo / "plugins" / dist / "src"), module_file
+
+
 def test_list_plugins_json_is_sorted_third_party_only(listed):
     names = [p["name"] for p in listed]
     assert names == sorted(names)
@@ -98,14 +121,40 @@ def register_commands(cli):
 """
 
 
+RAISING_CMD_PLUGIN = """
+from rewardkit import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    raise RuntimeError("no commands today")
+"""
+
+CLASHING_CMD_PLUGIN = """
+import click
+from rewardkit import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    @cli.command(name="score")
+    def hijack():
+        "Not rewardkit's score."
+        click.echo("hijacked")
+"""
+
+
 @pytest.fixture(scope="module")
 def extra_plugins(tmp_path_factory) -> Path:
-    """A folder for PYTHONPATH with two more installed plugins: one broken, one adding a command."""
+    """A folder for PYTHONPATH with more installed plugins: one broken, one adding a command, one
+    whose register_commands raises."""
     path = tmp_path_factory.mktemp("cli-plugins")
     (path / "rk_broken_plugin.py").write_text("import no_such_dependency_xyz\n")
     write_dist_info(path, "rewardkit-broken", "0.0.1", {"broken": "rk_broken_plugin"})
     (path / "rk_cmd_plugin.py").write_text(CMD_PLUGIN)
     write_dist_info(path, "rewardkit-greet", "0.2.0", {"greet": "rk_cmd_plugin"})
+    (path / "rk_raising_cmd_plugin.py").write_text(RAISING_CMD_PLUGIN)
+    write_dist_info(path, "rewardkit-raising", "0.0.2", {"raising": "rk_raising_cmd_plugin"})
     return path
 
 
@@ -125,6 +174,16 @@ def test_plugin_adds_a_command(extra_plugins):
     out = run_cli("greet", "wörld", pythonpath=extra_plugins)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "hello wörld"
+    # the plugin whose register_commands raised is named in a warning; the CLI kept working
+    assert "'raising' failed to add its commands: no commands today" in out.stderr
+
+
+def test_plugin_command_cannot_replace_a_builtin_command(tmp_path):
+    (tmp_path / "rk_clash_plugin.py").write_text(CLASHING_CMD_PLUGIN)
+    write_dist_info(tmp_path, "rewardkit-clash", "0.0.1", {"clash": "rk_clash_plugin"})
+    out = run_cli("score", "--help", pythonpath=tmp_path)
+    assert "hijack" not in out.stdout and "Not rewardkit's score" not in out.stdout
+    assert "clash" in out.stderr  # the refused command is reported
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -51,7 +51,10 @@ def test_extract_json_finds_bare_and_fenced_json(response, expected):
     assert extract_json(response) == expected
 
 
-@pytest.mark.parametrize("response", ["", "   ", "not json", "{'single': 'quotes'}", '```json\n{"a": }\n```'])
+@pytest.mark.parametrize(
+    "response",
+    ["", "   ", "not json", "{'single': 'quotes'}", '```json\n{"a": }\n```', "NaN", '{"a": -Infinity}'],
+)
 def test_json_valid_scores_zero_with_a_reason_for_non_json(response):
     out = json_valid(response)
     assert out["score"] == 0.0 and out["json_valid"] is False
@@ -87,6 +90,23 @@ def test_partial_credit_per_field_stays_below_one(doc, expected, bad):
     assert out["score"] < 1.0 and out["schema_valid"] is False
     assert out["invalid_fields"] == bad
     assert out["schema_errors"]
+
+
+def test_partial_credit_follows_refs_to_definitions():
+    schema = {
+        "$defs": {"Age": {"type": "integer", "minimum": 0}},
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"$ref": "#/$defs/Age"}},
+        "required": ["name", "age"],
+    }
+    out = json_schema('{"name": "Ann", "age": -1}', schema)
+    assert out["score"] == pytest.approx(1 / 3) and out["invalid_fields"] == ["age"]
+    assert json_schema('{"name": "Ann", "age": 1}', schema)["score"] == 1.0
+
+
+def test_non_json_constants_are_not_valid_json():
+    out = json_schema('{"name": "Ann", "age": NaN}', PERSON)
+    assert out["score"] == 0.0 and out["json_valid"] is False and "NaN" in out["json_error"]
 
 
 def test_partial_credit_can_be_turned_off():

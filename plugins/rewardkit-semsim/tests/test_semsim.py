@@ -188,6 +188,35 @@ def test_lifecycle_on_a_model_path(tiny_model_path):
         backend.score(samples)
 
 
+def test_model_failure_fails_the_samples_it_encodes_typed(tiny_model_path):
+    from rewardkit.batch import to_samples
+
+    backend = _backend(tiny_model_path)
+    backend.wake_up()
+
+    def out_of_memory(**inputs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    real_model, backend.model = backend.model, out_of_memory
+    samples = to_samples(
+        [
+            {"response": "the cat", "ground_truth": "the dog"},
+            {"response": "x", "ground_truth": None},
+            {"response": "", "ground_truth": "the mat"},
+            {"response": "x", "ground_truth": float("nan")},  # a missing value, as pandas writes it
+        ]
+    )
+    try:
+        results = backend.score(samples)
+    finally:
+        backend.model = real_model
+    assert [r.status for r in results] == ["failed", "abstained", "ok", "abstained"]
+    assert results[0].reason == "error" and "out of memory (simulated)" in results[0].error
+    assert backend.score(samples[:1])[0].status == "ok"  # the backend still works afterwards
+    assert backend.score([]) == []
+    backend.close()
+
+
 def test_offload_config_starts_asleep(tiny_model_path):
     backend = SemSimBackend(
         RewardModelConfig(enable=True, backend="semsim", model_path=tiny_model_path, offload=True)

@@ -21,28 +21,43 @@ class _NoJSON(ValueError):
     pass
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json module accepts NaN and Infinity; JSON (RFC 8259) does not, nor do other parsers.
+    raise _NoJSON(f"{name} is not a JSON value")
+
+
+def _loads(text: str, what: str) -> Any:
+    """``json.loads`` that refuses NaN/Infinity; raises :class:`_NoJSON` naming ``what`` failed."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise _NoJSON(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except _NoJSON as e:
+        raise _NoJSON(f"{what}: {e}") from None
+
+
 def extract_json(response: str) -> Any:
     """The JSON value in ``response``: the whole (stripped) text, else the first fenced block that parses.
 
-    Blocks tagged ``json`` are tried before untagged ones. Raises :class:`ValueError` with the
-    parser's message when nothing parses.
+    Blocks tagged ``json`` are tried before untagged ones. ``NaN`` and ``Infinity`` are not JSON.
+    Raises :class:`ValueError` with the parser's message (the last failure) when nothing parses.
     """
     text = response.strip()
     if not text:
         raise _NoJSON("empty response")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        first_error = f"not JSON: {e.msg} at line {e.lineno} column {e.colno}"
+        return _loads(text, "not JSON")
+    except _NoJSON as e:
+        error = e
     blocks = sorted(_FENCE.finditer(response), key=lambda m: m.group(1).lower() != "json")
     for m in blocks:
         if m.group(1).lower() not in ("", "json", "json5", "jsonc"):
             continue
         try:
-            return json.loads(m.group(2))
-        except json.JSONDecodeError as e:
-            first_error = f"fenced block is not JSON: {e.msg} at line {e.lineno} column {e.colno}"
-    raise _NoJSON(first_error)
+            return _loads(m.group(2), "fenced block is not JSON")
+        except _NoJSON as e:
+            error = e
+    raise error
 
 
 def json_valid(response: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -51,7 +52,9 @@ class SemSimBackend(RMBackend):
     * a sample without a reference (``None``, ``""``, ``[]``) abstains;
     * a list of references scores the best match;
     * an empty response gets the lowest score (0.0, or -1.0 without ``rescale``);
-    * ``extra`` gets ``semsim_cosine`` (the raw cosine).
+    * ``extra`` gets ``semsim_cosine`` (the raw cosine);
+    * when the model fails while encoding (out of accelerator memory...), the samples it was
+      encoding fail with reason ``error``; the others keep their results.
     """
 
     name: ClassVar[str] = "semsim"
@@ -125,11 +128,12 @@ class SemSimBackend(RMBackend):
         """Unit-norm sentence embeddings of ``texts`` (a ``[len(texts), dim]`` float32 CPU tensor)."""
         import torch
 
-        self.wake_up()
         limit = self.options["max_length"] * CHARS_PER_TOKEN
         out = []
         start = time.perf_counter()
-        with torch.inference_mode():
+        # The lock keeps a concurrent sleep() from moving the weights in the middle of a forward pass.
+        with self._lock, torch.inference_mode():
+            self.wake_up()
             for lo in range(0, len(texts), self.options["batch_size"]):
                 chunk = [t[:limit] for t in texts[lo : lo + self.options["batch_size"]]]
                 enc = self.tokenizer(
@@ -150,8 +154,8 @@ class SemSimBackend(RMBackend):
     @staticmethod
     def _references(ground_truth: Any) -> list[str] | str:
         """The reference texts, or an error message."""
-        if ground_truth is None:
-            return []
+        if ground_truth is None or (isinstance(ground_truth, float) and math.isnan(ground_truth)):
+            return []  # None, or NaN as pandas writes a missing value
         if isinstance(ground_truth, str):
             return [ground_truth] if ground_truth.strip() else []
         if isinstance(ground_truth, int | float) and not isinstance(ground_truth, bool):
@@ -181,7 +185,14 @@ class SemSimBackend(RMBackend):
             texts = list(dict.fromkeys(t for i, refs in wanted for t in (samples[i].response, *refs)))
             index = {t: k for k, t in enumerate(texts)}
             with self._lock:
-                emb = self.embed(texts)
+                self.wake_up()  # a missing model or a closed backend is the caller's error: raise
+                try:
+                    emb = self.embed(texts)
+                except Exception as e:  # the model failed (out of memory...): these samples fail, typed
+                    error = f"semsim: encoding failed: {type(e).__name__}: {e}"
+                    for i, _ in wanted:
+                        results[i] = SampleResult.failed("error", error)
+                    return results  # type: ignore[return-value]
             for i, refs in wanted:
                 r = emb[index[samples[i].response]]
                 cos = max(float(r @ emb[index[t]]) for t in refs)
