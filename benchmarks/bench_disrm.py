@@ -1,6 +1,6 @@
 """Discriminative RM throughput: token-budget, length-sorted micro-batches vs naive fixed-size batches.
 
-A batch of mixed-length samples (default 512, about 8..512 tokens each) is scored with the same
+A batch of mixed-length samples (default 256, about 8..512 tokens each) is scored with the same
 model and the same forward function:
 
 * ``naive``: batches of ``--batch-size`` samples in input order, each padded to its longest sample;
@@ -82,7 +82,7 @@ def best_of_interleaved(repeats: int, fns: dict) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=512)
+    ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--min-tokens", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=16, help="naive batches")

@@ -80,7 +80,7 @@ def judge(base_url: str, **rollout):
 
 async def run_rewardkit(base_url: str, samples, **rollout) -> tuple[float, float, dict]:
     rm = judge(base_url, **rollout)
-    await rm.ascore(samples[:50])  # warm up connections
+    await rm.ascore(make_samples(50, "warm"))  # warm up connections (no scripted failures used up)
     rm.metrics()
     start = time.perf_counter()
     res = await rm.ascore(samples)

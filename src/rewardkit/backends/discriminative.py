@@ -44,7 +44,8 @@ class DiscriminativeSettings(BaseModel):
         None, gt=1, description="longest input in tokens; default: the model's max positions"
     )
     truncation_side: Literal["left", "right"] = Field(
-        "left", description="left keeps the end of the conversation (the response); BOS is kept"
+        "left",
+        description="left keeps the end of the conversation (the response); BOS/CLS and EOS/SEP are kept",
     )
     token_budget: int = Field(16384, gt=0, description="max padded tokens per micro-batch")
     max_batch_size: int | None = Field(None, gt=0, description="max samples per micro-batch")
@@ -304,8 +305,8 @@ class DiscriminativeRM(RMBackend):
         """Token ids for one sample and whether they were truncated.
 
         A BOS that the template already wrote and the tokenizer adds again is dropped once.
-        Truncation keeps ``max_length`` tokens from the configured side; on the left a leading BOS
-        is kept.
+        Truncation keeps ``max_length`` tokens from the configured side, always keeping a leading
+        BOS / CLS and a trailing EOS / SEP (a BERT-style head reads the CLS position).
         """
         text = self.render(sample)
         ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
@@ -317,11 +318,19 @@ class DiscriminativeRM(RMBackend):
         limit = self.max_length
         if len(ids) <= limit:
             return ids, False
-        if self.settings.truncation_side == "right":
-            return ids[:limit], True
-        if bos is not None and ids[0] == bos:
-            return [bos, *ids[len(ids) - limit + 1 :]], True
-        return ids[len(ids) - limit :], True
+        tok = self.tokenizer
+        heads = {t for t in (bos, getattr(tok, "cls_token_id", None)) if t is not None}
+        tails = {
+            t
+            for t in (getattr(tok, "eos_token_id", None), getattr(tok, "sep_token_id", None))
+            if t is not None
+        }
+        head = ids[:1] if ids[0] in heads else []
+        tail = ids[-1:] if ids[-1] in tails else []
+        body = ids[len(head) : len(ids) - len(tail)]
+        room = limit - len(head) - len(tail)  # >= 0: max_length is at least 2
+        kept = body[:room] if self.settings.truncation_side == "right" else body[len(body) - room :]
+        return [*head, *kept, *tail], True
 
     # -- scoring ---------------------------------------------------------------------------------
     async def ascore(self, samples: Sequence[Sample]) -> list[SampleResult]:

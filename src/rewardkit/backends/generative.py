@@ -101,6 +101,15 @@ class _Answer:
     cached: bool = False
     failure: tuple[str, str] | None = None
     usage: tuple[int, int] = (0, 0)
+    cut_off: bool = False  # the judge stopped at max_tokens (finish_reason "length")
+
+
+def _count(value: Any) -> int:
+    """A token count from a reply's ``usage``; 0 when absent or not a number."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 class GenerativeRM(HTTPBackend):
@@ -181,31 +190,34 @@ class GenerativeRM(HTTPBackend):
         est = rendered.chars / s.chars_per_token + s.max_tokens
         return _Job(key, payload, rendered.truncated, est)
 
-    def _text_of(self, data: Any) -> str:
+    def _text_of(self, data: Any) -> tuple[str, bool]:
+        """The completion text, and whether the judge was cut off at ``max_tokens``."""
         try:
             choice = data["choices"][0]
             text = choice["message"]["content"] if self.settings.api == "chat" else choice["text"]
         except (KeyError, IndexError, TypeError):
-            raise RequestFailed(
-                "http", f"the judge's reply has no completion text: {str(data)[:200]!r}"
-            ) from None
+            raise ValueError(f"the judge's reply has no completion text: {str(data)[:200]!r}") from None
         if not isinstance(text, str):
-            raise RequestFailed("http", f"the judge's completion text is {type(text).__name__}, not a string")
-        return text
+            raise ValueError(f"the judge's completion text is {type(text).__name__}, not a string")
+        return text, isinstance(choice, dict) and choice.get("finish_reason") == "length"
 
     async def _ask(self, job: _Job, deadline: float | None) -> _Answer:
         reply = await self.http.post_json(
             self.url, job.payload, cost_tokens=job.est_tokens, deadline=deadline
         )
-        text = self._text_of(reply.data)
+        try:
+            text, cut_off = self._text_of(reply.data)
+        except ValueError as e:
+            raise RequestFailed("http", str(e), reply.retries, reply.latency_s) from None
         usage = reply.data.get("usage") if isinstance(reply.data, dict) else None
         pt = ct = 0
-        if isinstance(usage, dict):
-            pt = int(usage.get("prompt_tokens") or 0)
-            ct = int(usage.get("completion_tokens") or 0)
+        if isinstance(usage, dict):  # odd usage values cost the accounting, never the judgement
+            pt, ct = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
             self.metrics_.add(prompt_tokens=pt, completion_tokens=ct)
             self.http.settle_tokens(job.est_tokens, pt + ct)
-        return _Answer(text=text, retries=reply.retries, latency_s=reply.latency_s, usage=(pt, ct))
+        return _Answer(
+            text=text, retries=reply.retries, latency_s=reply.latency_s, usage=(pt, ct), cut_off=cut_off
+        )
 
     async def _cache_call(self, fn, arg):
         """A cache read or write; a broken cache file warns and counts (``cache/errors``) but scores on."""
@@ -289,7 +301,9 @@ class GenerativeRM(HTTPBackend):
                 answers[job.slot] = _Answer(failure=("error", f"{type(out).__name__}: {out}"))
             else:
                 answers[job.slot] = out
-                fresh.append((job.key, self.model, CachedJudgement(out.text or "", *out.usage)))
+                # Only answers that score are kept: an unparseable or cut-off one is asked again next time.
+                if not out.cut_off and self._score(out.text or "")[1] is None:
+                    fresh.append((job.key, self.model, CachedJudgement(out.text or "", *out.usage)))
         if cache is not None and fresh:
             await self._cache_call(cache.put_many, fresh)
 
@@ -297,10 +311,14 @@ class GenerativeRM(HTTPBackend):
             if job is None:
                 self.metrics_.sample(results[i].reason, None)  # type: ignore[union-attr]
                 continue
-            results[i] = self._result(job, answers[job.slot])
-            self.metrics_.sample(results[i].reason, answers[job.slot].latency_s)  # type: ignore[union-attr]
+            ans = answers[job.slot]
+            results[i] = self._result(job, ans)
+            # a cache hit has no request latency: left out, it does not drag the percentiles to 0
+            self.metrics_.sample(results[i].reason, None if ans.cached else ans.latency_s)  # type: ignore[union-attr]
             if job.truncated:
                 self.metrics_.add(truncated=1)
+            if ans.cut_off:
+                self.metrics_.add(judge_cut_off=1)
         return results  # type: ignore[return-value]
 
     def _result(self, job: _Job, ans: _Answer) -> SampleResult:
@@ -313,6 +331,7 @@ class GenerativeRM(HTTPBackend):
         if ans.failure is not None:
             return SampleResult.failed(ans.failure[0], ans.failure[1], **extra)
         extra["judge_text"] = ans.text
+        extra["judge_cut_off"] = ans.cut_off
         score, problem = self._score(ans.text or "")
         if problem is not None:
             return SampleResult.failed("unparseable", problem, **extra)

@@ -313,6 +313,7 @@ class BackendMetrics:
         self.cache_errors = 0
         self.dedup_saved = 0
         self.truncated = 0
+        self.judge_cut_off = 0
 
     def add(self, **counts: float) -> None:
         """Add to counters by name (``requests=1``, ``cache_hits=3``...)."""
@@ -348,6 +349,8 @@ class BackendMetrics:
                 "dedup/saved": float(self.dedup_saved),
                 "truncated": float(self.truncated),
             }
+            if self.judge_cut_off:
+                m["judge_cut_off"] = float(self.judge_cut_off)
             for kind, n in sorted(self.errors.items()):
                 m[f"errors/{kind}"] = float(n)
             for reason, n in sorted(self.failures.items()):
@@ -458,9 +461,22 @@ class HTTPCore:
             return
         connector = st.session.connector
         st.session.detach()
-        if connector is not None:
+        if connector is None:
+            return
+        if st.loop.is_closed():
+            # A closed loop can no longer run the transports' close callbacks, and aiohttp then
+            # just forgets its pooled connections: close their sockets here, or they linger
+            # until garbage collection (with a ResourceWarning each).
             with contextlib.suppress(Exception):
-                connector._close()  # type: ignore[attr-defined]  # sync close of its transports
+                for conns in list(connector._conns.values()):  # type: ignore[attr-defined]
+                    for proto, _ in conns:
+                        transport = getattr(proto, "transport", None)
+                        sock = getattr(transport, "_sock", None)
+                        if sock is not None:
+                            sock.close()
+                            transport._sock = None  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            connector._close()  # type: ignore[attr-defined]  # sync close of its transports
 
     def _take_all(self) -> list[_LoopState]:
         with self._lock:

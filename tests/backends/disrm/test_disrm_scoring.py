@@ -434,3 +434,29 @@ def test_rows_are_padded_with_the_models_pad_id(make_backend, tmp_path, config_p
         ref.model.config.pad_token_id = ref.tokenizer.pad_token_id
     expected = [float(ref.logits(r["prompt"], r["response"])[0]) for r in records]
     assert [r.score for r in results] == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_bert_style_truncation_keeps_cls_and_sep(make_backend, tmp_path, side):
+    from tiny_models import build_tiny_bert_classifier
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = build_tiny_bert_classifier(tmp_path / "bert")
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForSequenceClassification.from_pretrained(str(path)).eval()
+    long = " ".join(WORDS * 8)
+    records = [{"prompt": "how many clips? ", "response": long}, {"prompt": "q ", "response": "72"}]
+    results = make_backend(path, max_length=20, truncation_side=side).score(to_samples(records))
+    full = tok("how many clips? " + long)["input_ids"]
+    assert full[0] == tok.cls_token_id and full[-1] == tok.sep_token_id and len(full) > 20
+    body = full[1:-1]
+    kept = [full[0], *(body[-18:] if side == "left" else body[:18]), full[-1]]
+    with torch.no_grad():
+        expected = [
+            float(model(input_ids=torch.tensor([ids])).logits[0, 0])
+            for ids in (kept, tok("q 72")["input_ids"])
+        ]
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert results[0].extra["truncated"] is True and results[0].extra["num_tokens"] == 20
+    assert [r.score for r in results] == pytest.approx(expected, abs=1e-4)
+    assert results[0].score != pytest.approx(results[1].score, abs=1e-4)

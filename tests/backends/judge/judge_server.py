@@ -12,6 +12,7 @@ text it carries (the judge prompt, or the reward queries): ``@@key=value;key=val
 * ``hang=N``: the first ``N`` requests sleep past any client timeout
 * ``drop=N``: the first ``N`` requests have their connection closed without an answer
 * ``garbage=N``: the first ``N`` requests get a 200 whose body is not JSON
+* ``finish=REASON``: the completion's ``finish_reason`` (default ``stop``; ``length`` = cut at max_tokens)
 * ``short=1`` (reward server): one reward fewer than queries
 
 ``server.queue`` holds behaviours (dicts of the same keys) applied, in order, to the next requests
@@ -165,7 +166,11 @@ class ScriptedServer:
                 "object": "chat.completion",
                 "model": body.get("model"),
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply},
+                        "finish_reason": d.get("finish", "stop"),
+                    }
                 ],
                 "usage": {"prompt_tokens": len(text) // 4, "completion_tokens": len(reply) // 4},
             }

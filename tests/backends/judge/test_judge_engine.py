@@ -72,3 +72,31 @@ def test_engine_with_the_remote_backend(server):
     )
     assert result.scores == [2.0, 0.0, 2.0]
     assert result.metrics["rm/requests"] == 2
+
+
+def test_rewardkit_score_rescores_stored_rollouts_from_the_cache(server, tmp_path):
+    """``rewardkit score`` twice over the same rollouts: the second run asks the judge nothing."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from rewardkit.cli import cli
+
+    rollouts = tmp_path / "rollouts.jsonl"
+    rows = [*ROWS[:2], {"prompt": "名前?", "response": "答え 42 ✓", "ground_truth": "42"}]
+    rollouts.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    config = judge_config(server, cache_path=str(tmp_path / "judge.sqlite"))
+    config_path = tmp_path / "reward.yaml"
+    config_path.write_text(yaml.safe_dump({"reward": config}), encoding="utf-8")
+    outputs = []
+    for run in (1, 2):
+        out = tmp_path / f"scored{run}.jsonl"
+        res = CliRunner().invoke(
+            cli, ["score", str(rollouts), "-c", str(config_path), "-o", str(out), "--no-progress"]
+        )
+        assert res.exit_code == 0, res.output
+        outputs.append([json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()])
+        assert len(server.requests) == 3, f"run {run} sent {len(server.requests)} requests in all"
+    assert [r["score"] for r in outputs[0]] == [r["score"] for r in outputs[1]] == [1.0, 0.0, 1.0]
+    assert [r["extra"]["cached"] for r in outputs[1]] == [True] * 3

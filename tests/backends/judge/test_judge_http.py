@@ -191,6 +191,7 @@ async def test_cache_hit_on_second_run_with_a_new_instance(server, make_judge, t
     assert len(server.requests) == n + 1  # only the request that failed before is sent again
     m = second.metrics()
     assert m["cache/hits"] == 2 and m["requests"] == 1
+    assert m["latency/p50_s"] > 0  # request latencies only: cache hits do not count as 0 s
     other_template = make_judge(cache_path=str(path), template="Judge: {response}\nScore:")
     await other_template.ascore(batch[:1])
     assert len(server.requests) == n + 2  # a different template is a different request
@@ -415,3 +416,130 @@ def test_two_event_loops_at_once_share_one_backend(server, make_judge):
     assert all(r.status == "ok" for n in ("a", "b") for r in results[n])
     assert rm.http.sessions_created == 2
     assert rm.metrics()["samples"] == 20
+
+
+async def test_unparseable_and_cut_off_answers_are_not_cached(server, make_judge, tmp_path):
+    path = tmp_path / "judge.sqlite"
+    batch = samples_of(
+        "a @@tag=ua;reply=I cannot decide.@@",
+        "b @@tag=ub;reply=Long reasoning... Score: 6;finish=length@@",
+        "c @@tag=uc;reply=Score: 4@@",
+    )
+    first = make_judge(cache_path=str(path))
+    r1 = await first.ascore(batch)
+    assert [(r.status, r.reason) for r in r1] == [("failed", "unparseable"), ("ok", None), ("ok", None)]
+    assert [r.extra.get("judge_cut_off") for r in r1] == [False, True, False]  # a cut is never silent
+    assert first.metrics()["judge_cut_off"] == 1
+    await first.aclose()
+    second = make_judge(cache_path=str(path))
+    r2 = await second.ascore(batch)
+    assert [r.extra["cached"] for r in r2] == [False, False, True]  # only the clean answer was kept
+    assert sorted(r["tag"] for r in server.requests) == ["ua", "ua", "ub", "ub", "uc"]
+    await second.aclose()
+
+
+async def test_cache_key_covers_everything_that_changes_the_answer(server, make_judge, tmp_path):
+    path = str(tmp_path / "judge.sqlite")
+    rows = [{"prompt": "What is 6*7?", "response": "42", "ground_truth": "42"}]
+    base = {"cache_path": path, "template": "correctness"}
+    judges = []
+
+    def judge(**rollout):
+        judges.append(make_judge(**rollout))
+        return judges[-1]
+
+    await judge(**base).ascore(to_samples(rows))
+    assert len(server.requests) == 1
+    await judge(**base).ascore(to_samples(rows))  # same everything: a hit
+    assert len(server.requests) == 1
+    variants = [
+        {"model": "another-judge"},
+        {"temperature": 0.7},
+        {"max_tokens": 64},
+        {"seed": 3},
+        {"system_prompt": "Be strict."},
+        {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+        {"api": "completions"},
+    ]
+    for i, v in enumerate(variants, start=2):
+        await judge(**base, **v).ascore(to_samples(rows))
+        assert len(server.requests) == i, f"{v} must not reuse another request's answer"
+    for field, value in (("ground_truth", "41"), ("prompt", "What is 7*6?"), ("response", "41")):
+        await judge(**base).ascore(to_samples([{**rows[0], field: value}]))
+        assert server.requests[-1]["text"] != server.requests[0]["text"]
+    assert len(server.requests) == len(variants) + 4
+    for j in judges:
+        await j.aclose()
+
+
+async def test_server_errors_with_retry_after_wait_too(server, make_judge):
+    rm = make_judge(backoff_base_s=0.001, backoff_cap_s=0.002)
+    res = await rm.ascore(samples_of("a @@tag=s503;fail=503x1;retry_after=0.4@@"))
+    assert res[0].status == "ok" and res[0].extra["retries"] == 1
+    t = [r["t"] for r in server.requests if r["tag"] == "s503"]
+    assert t[1] - t[0] >= 0.35
+    await rm.aclose()
+
+
+async def test_a_reply_without_completion_text_fails_typed_and_odd_usage_is_ignored(make_judge):
+    from aiohttp import web
+
+    async def handler(request):
+        body = await request.json()
+        content = "Score: 5" if "fine" in body["messages"][-1]["content"] else None
+        return web.json_response(
+            {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": "many", "completion_tokens": None},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        rm = make_judge(base_url=f"http://127.0.0.1:{port}")
+        res = await rm.ascore(samples_of("x", "y", "fine"))
+        assert [(r.status, r.reason) for r in res] == [("failed", "http")] * 2 + [("ok", None)]
+        assert res[2].score == 0.5  # odd usage counts do not cost the judgement
+        assert "NoneType, not a string" in res[0].error and res[0].extra["latency_s"] > 0
+        await rm.aclose()
+    finally:
+        await runner.cleanup()
+
+
+async def test_tpm_budget_spreads_requests_and_is_corrected_by_usage(server, make_judge):
+    batch = samples_of(*[f"t{i} " + "word " * 80 for i in range(12)])
+    probe = make_judge(max_tokens=10)
+    est = probe._request(batch[0]).est_tokens
+    tpm = est * 4 * 60  # four requests' estimate per second, one second of burst
+    limited = make_judge(max_tokens=10, tpm=tpm)
+    res = await limited.ascore(batch)
+    assert [r.status for r in res] == ["ok"] * 12
+    times = sorted(r["t"] for r in server.requests)
+    # 12 requests at about 4 a second with 4 up front: they cannot all go out at once
+    assert times[-1] - times[0] >= 0.5
+    m = limited.metrics()
+    used = m["tokens/prompt"] + m["tokens/completion"]
+    assert 0 < used < 12 * est  # the server's usage (smaller than the estimate) was counted
+    await probe.aclose()
+    await limited.aclose()
+
+
+def test_sessions_left_on_closed_event_loops_are_closed_cleanly(server, make_judge):
+    import gc
+    import warnings
+
+    rm = make_judge()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        for _ in range(2):  # the second call finds the first loop closed and disposes of its session
+            assert asyncio.run(rm.ascore(samples_of("x", "y")))[0].status == "ok"
+        rm.close()
+        gc.collect()
+    leaked = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+    assert leaked == []
