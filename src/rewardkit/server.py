@@ -475,8 +475,14 @@ async def serve(
 ) -> None:
     """Run ``app`` until SIGTERM / SIGINT, then drain: stop listening, finish in-flight requests, exit.
 
-    ``ready`` (optional) is called with the bound port once the server listens.
+    ``ready`` (optional) is called with the bound port once the server listens. Binding an address
+    other machines can reach needs the app to have a token (:class:`ValueError` otherwise).
     """
+    if not is_loopback(host) and app[STATE].token is None:
+        raise ValueError(
+            f"refusing to serve on {host!r}, which other machines can reach, without a token "
+            "(create_app(..., token=...)), or bind 127.0.0.1"
+        )
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
-from rewardkit.server import create_app, serve_command, split_query
+from rewardkit.server import STATE, create_app, serve_command, split_query
 
 TOKEN = "s3cret-token"
 
@@ -112,6 +112,28 @@ async def test_openrlhf_with_builtin_gsm8k_scorer(make_client, gsm8k_test_path):
     )
     assert resp.status == 200
     assert (await resp.json())["rewards"] == [1.0, 0.0] * 3
+
+
+async def test_openrlhf_example_client(make_client, rk_config):
+    """examples/openrlhf_remote_rm.py sends what OpenRLHF sends, and reads the rewards back."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "openrlhf_remote_rm.py"
+    spec = importlib.util.spec_from_file_location("openrlhf_remote_rm", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    client = await make_client(rk_config, token=TOKEN, strip_tokens=["</s>"])
+    prompt = "<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n<|im_start|>assistant\n"
+    answer = await asyncio.to_thread(
+        example.get_rewards,
+        str(client.make_url("/get_reward")),
+        [prompt + "42</s>", prompt + "41</s>"],
+        [prompt, prompt],
+        ["42", "42"],
+        TOKEN,
+    )
+    assert answer["rewards"] == [1.0, 0.0] and answer["status"] == ["ok", "ok"]
 
 
 def test_split_query():
@@ -263,6 +285,18 @@ def test_cli_refuses_public_bind_without_token(monkeypatch):
     result = CliRunner().invoke(serve_command, ["--host", "0.0.0.0", "--port", "0"])
     assert result.exit_code == 2
     assert "without a token" in result.output and "--token" in result.output
+
+
+async def test_serve_refuses_public_bind_without_token(rk_config):
+    from rewardkit.server import serve
+
+    app = create_app(rk_config)
+    try:
+        for host in ("0.0.0.0", "::", "192.0.2.1"):
+            with pytest.raises(ValueError, match="without a token"):
+                await serve(app, host, 0)
+    finally:
+        await app[STATE].engine.aclose()
 
 
 def test_cli_reports_bad_config(tmp_path):

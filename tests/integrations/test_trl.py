@@ -12,6 +12,7 @@ from rewardkit.integrations.trl import RewardFunction, completion_text, reward_f
 
 def test_string_completions_and_columns(rk_config):
     fn = RewardFunction(rk_config, name="exact")
+    metrics, columns = {}, {}
     out = fn(
         prompts=["q1", "q2", "q3", "q4"],
         completions=["42", "41", "FAIL", "ABSTAIN"],
@@ -20,7 +21,11 @@ def test_string_completions_and_columns(rk_config):
         data_source=["toy", "toy", "toy", "toy"],
         trainer_state=object(),  # TRL's own kwargs are ignored
         some_dataset_column=["a", "b", "c", "d"],
+        log_metric=lambda name, value: metrics.__setitem__(name, value),
+        log_extra=lambda column, values: columns.__setitem__(column, values),
     )
+    assert metrics == {"rewardkit/exact/num_failed": 1.0, "rewardkit/exact/num_abstained": 1.0}
+    assert columns == {"exact/status": ["ok", "ok", "failed", "abstained"]}
     assert out[:2] == [1.0, 0.0]
     assert out[2] is None and out[3] is None  # failed / abstained: TRL's "no opinion"
     assert fn.last_result.status == ["ok", "ok", "failed", "abstained"]
@@ -85,6 +90,14 @@ def test_pickles_without_its_engine(rk_config):
     fn.close()
     assert fn._engine is None
     assert fn(prompts=["q"], completions=["1"], ground_truth=["1"]) == [1.0]  # a new engine after close
+    fn.close()
+
+
+def test_configured_failure_score_replaces_none(rk_config):
+    fn = RewardFunction({**rk_config, "failure_score": -1.0}, name="strict")
+    out = fn(prompts=["q"] * 3, completions=["1", "FAIL", "ABSTAIN"], ground_truth=["1"] * 3)
+    assert out == [1.0, -1.0, None]  # failure_score set: a number; abstain_score unset: no opinion
+    assert all(type(x) is float for x in out[:2])
     fn.close()
 
 

@@ -289,3 +289,20 @@ def test_manager_keeps_rewardkit_config_given_to_verls_compute_score(rk_config, 
     out = manager(make_dataproto(tokenizer, ROWS[3:4]), return_dict=True)
     assert out["reward_extra_info"]["score"] == [-3.0] and out["reward_extra_info"]["status"] == ["failed"]
     assert out["reward_tensor"].sum().item() == -3.0
+
+
+def test_manager_returns_rm_scores_already_computed(rk_config, tokenizer):
+    """Like verl's managers: a batch scored during rollout (``rm_scores``) is not scored again."""
+    import numpy as np
+
+    data = make_dataproto(tokenizer, ROWS[:3])
+    manager = rk_verl.RewardKitRewardManager(tokenizer, 0, rewardkit_config=rk_config)
+    fresh = manager(data, return_dict=True)
+    rm_scores = torch.full_like(fresh["reward_tensor"], 0.5)
+    data.batch["rm_scores"] = rm_scores
+    data.non_tensor_batch["status"] = np.array(["ok", "ok", "failed"], dtype=object)
+    data.meta_info["reward_extra_keys"] = ["status"]
+    assert manager(data) is rm_scores
+    out = manager(data, return_dict=True)
+    assert out["reward_tensor"] is rm_scores
+    assert out["reward_extra_info"] == {"status": ["ok", "ok", "failed"]}

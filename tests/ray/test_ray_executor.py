@@ -60,10 +60,14 @@ async def test_batch_scorer_runs_once_on_a_worker(ray_engine, scorers_path):
     assert [r.score for r in results] == [2.003, 0.003, 5.003]  # one call saw all three
     assert await ray_engine.executor.run_batch(spec, []) == []
     assert await ray_engine.executor.run([]) == []
-    direct = await ray_engine.executor.run(
-        [ScoreTask(spec.__class__("n", fn, spec.ref), s) for s in samples[:0]]
+    # per-sample tasks, sharded over the workers and gathered in input order
+    ref = f"{scorers_path}:compute_score"
+    exact = ScorerSpec("exact", resolve_ref(ref), ref)
+    graded = to_samples(
+        [{"response": str(i % 3), "ground_truth": "1", "extra_info": {"k": i}} for i in range(7)]
     )
-    assert direct == []
+    results = await ray_engine.executor.run([ScoreTask(exact, s) for s in graded])
+    assert [r.score for r in results] == [float(i % 3 == 1) for i in range(7)]
 
 
 def test_rewardkit_score_with_executor_ray(ray_cluster, crf, tmp_path, monkeypatch):

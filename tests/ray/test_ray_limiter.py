@@ -116,3 +116,39 @@ def test_generative_backend_in_workers_shares_the_budget(ray_cluster, server):
     assert result.scores == [pytest.approx(0.7)] * 40
     assert server.total == 40
     assert server.peak <= K  # each worker alone may hold K: only the shared budget keeps the sum at K
+
+
+async def test_cancelled_waiter_does_not_keep_a_slot(ray_cluster):
+    """A judge request cancelled while waiting for a slot (a batch deadline) must not leak the lease
+    the limiter grants it later: the budget would shrink by one slot until the lease expires."""
+    import time
+
+    from rewardkit.ray.limiter import create_limiter, judge_slot, set_limiter
+
+    limiter = create_limiter("rewardkit-limiter-test-cancel", 1)
+    try:
+        held = await limiter.acquire.remote("driver")
+        set_limiter(limiter, "waiter")
+        entered = asyncio.Event()
+
+        async def wait_for_slot():
+            async with judge_slot():
+                entered.set()
+
+        task = asyncio.ensure_future(wait_for_slot())
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await limiter.release.remote(held)
+        give_up = time.monotonic() + 20
+        stats = await limiter.stats.remote()
+        while (stats["acquired"] < 2 or stats["in_use"]) and time.monotonic() < give_up:
+            await asyncio.sleep(0.05)
+            stats = await limiter.stats.remote()
+        assert stats["acquired"] == 2 and stats["in_use"] == 0, stats  # granted late, then given back
+        assert not entered.is_set()
+    finally:
+        set_limiter(None)
+        ray_cluster.kill(limiter)

@@ -110,6 +110,19 @@ async def test_async_compute_and_async_stream(manager):
     assert a.scores == result.scores and b.scores == result.scores[::-1]
 
 
+def test_cancelled_stream_raises_instead_of_ending_short(manager):
+    import concurrent.futures
+
+    slow = {"response": "1", "ground_truth": "1", "extra_info": {"mode": "sleep", "seconds": 1.0}}
+    stream = manager.submit([slow, {"response": "1", "ground_truth": "1"}])
+    assert stream.cancel()
+    with pytest.raises(concurrent.futures.CancelledError):
+        list(stream)  # not a quiet, short iteration
+    with pytest.raises(concurrent.futures.CancelledError):
+        stream.result()
+    assert manager.compute([{"response": "1", "ground_truth": "1"}]).scores == [1.0]
+
+
 def test_worker_that_crashes_once_loses_nothing(manager, tmp_path):
     marker = str(tmp_path / "crashed")
     batch = [{"response": "1", "ground_truth": "1"} for _ in range(8)]

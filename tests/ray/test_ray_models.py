@@ -4,6 +4,7 @@ fanned out to every replica in the right order, load balancing across replicas."
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -90,6 +91,22 @@ def test_colocated_replicas_wake_before_and_sleep_after_every_batch(ray_cluster,
 
             assert m.wake_up() == ["awake", "awake"]  # explicit fan-out, e.g. by a trainer
             assert m.sleep() == ["asleep", "asleep"]
+
+            # A batch cut off by its deadline: Ray cancels the call, but the replica still computing
+            # is not offloaded mid-score; it goes to sleep as soon as that score finishes.
+            cut = m.compute([{"response": "xyz", "extra_info": {"rm_delay": 3.0}}], batch_timeout_s=0.5)
+            assert cut.reasons == ["timeout"]
+            states = ray_cluster.get([r.state.remote() for r in m.model_replicas])
+            assert sorted(states) == ["asleep", "awake"]
+            give_up = time.monotonic() + 30
+            while "awake" in states and time.monotonic() < give_up:
+                time.sleep(0.1)
+                states = ray_cluster.get([r.state.remote() for r in m.model_replicas])
+            assert states == ["asleep", "asleep"]
+            tails = sorted(
+                tuple(h[-2:]) for h in ray_cluster.get([r.history.remote() for r in m.model_replicas])
+            )
+            assert tails == [("score", "sleep"), ("wake_up", "sleep")]  # the busy one slept after its score
     finally:
         remove_placement_group(pg)
 

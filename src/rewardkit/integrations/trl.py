@@ -10,7 +10,8 @@ columns (one value per completion) plus TRL's own keyword arguments (``trainer_s
 ``log_metric``, ...). A :class:`RewardFunction` turns each completion into a rewardkit sample,
 scores the batch through a lazily created :class:`~rewardkit.engine.RewardEngine`, and returns one
 float per completion, or ``None`` where rewardkit abstained or the sample failed (TRL reads
-``None`` as "no opinion"; the failure counts are logged through TRL's ``log_metric``).
+``None`` as "no opinion"; the failure counts are logged through TRL's ``log_metric``). A config
+that sets ``failure_score`` / ``abstain_score`` gets that number instead of ``None``.
 """
 
 from __future__ import annotations

@@ -371,7 +371,18 @@ class RewardKitRewardManager:
         return info
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
-        """verl's legacy manager call: the reward tensor, or ``{"reward_tensor", "reward_extra_info"}``."""
+        """verl's legacy manager call: the reward tensor, or ``{"reward_tensor", "reward_extra_info"}``.
+
+        As verl's own managers do, a batch that already carries ``rm_scores`` (scored during rollout
+        by verl's reward loop) is not scored again: those scores are returned, with the
+        ``reward_extra_keys`` named in ``meta_info``.
+        """
+        if "rm_scores" in data.batch.keys():  # noqa: SIM118 - TensorDict refuses `key in td`
+            if not return_dict:
+                return data.batch["rm_scores"]
+            keys = (getattr(data, "meta_info", None) or {}).get("reward_extra_keys", [])
+            extra = {k: list(data.non_tensor_batch[k]) for k in keys}
+            return {"reward_tensor": data.batch["rm_scores"], "reward_extra_info": extra}
         result, reward_tensor = self.score(data)
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": self.extra_info(result)}

@@ -173,7 +173,14 @@ class judge_slot:  # noqa: N801 - used like a function: `async with judge_slot()
     async def __aenter__(self) -> judge_slot:
         if self._current is not None:
             handle, holder = self._current
-            self._lease = await handle.acquire.remote(holder)
+            ref = handle.acquire.remote(holder)
+            try:
+                self._lease = await ref
+            except asyncio.CancelledError:
+                # The limiter grants the lease anyway once a slot frees up; give it back then, or the
+                # budget shrinks by one slot until the lease expires (a batch deadline cancels waiters).
+                _release_when_granted(handle, ref)
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -199,10 +206,30 @@ class judge_slot:  # noqa: N801 - used like a function: `async with judge_slot()
             ray.get(handle.release.remote(lease))
 
 
+def _release_when_granted(handle: Any, ref: Any) -> None:
+    """Release the lease ``ref`` (a pending ``acquire``) resolves to, whenever it does."""
+
+    def release(fut: Any) -> None:
+        try:
+            lease = fut.result()
+        except BaseException:  # noqa: BLE001 - the limiter is gone or the call failed: nothing held
+            return
+        try:
+            handle.release.remote(lease)
+        except Exception:  # noqa: BLE001 - Ray shutting down: the lease expires on its own
+            pass
+
+    ref.future().add_done_callback(release)
+
+
 def create_limiter(
     name: str, max_concurrency: int, rate_per_s: float | None = None, burst: float | None = None
 ) -> Any:
-    """Start a named, detached :class:`JudgeLimiter` actor (0 CPUs); the caller kills it when done."""
+    """Start a named :class:`JudgeLimiter` actor (0 CPUs); the caller kills it when done.
+
+    Not detached: it belongs to the process that creates it, so a driver that dies without
+    closing its manager does not leave it running on the cluster.
+    """
     import ray
 
     from rewardkit.ray.runtime import NAMESPACE
@@ -211,7 +238,6 @@ def create_limiter(
     return cls.options(
         name=name,
         namespace=NAMESPACE,
-        lifetime="detached",
         num_cpus=0,
         max_concurrency=10_000,
         max_restarts=-1,

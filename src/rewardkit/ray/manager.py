@@ -34,8 +34,10 @@ class RewardStream:
 
     Iterate (``for`` or ``async for``) to get ``(index, SampleResult)`` pairs in completion order;
     every index of the batch comes exactly once (samples cut off by the batch deadline come last,
-    failed with reason ``timeout``). :meth:`result` / :meth:`aresult` give the whole
-    :class:`~rewardkit.result.RewardResult` in input order.
+    failed with reason ``timeout``), unless the batch raised or :meth:`cancel` was called: then the
+    iteration raises that exception (or ``CancelledError``) instead of ending early.
+    :meth:`result` / :meth:`aresult` give the whole :class:`~rewardkit.result.RewardResult` in
+    input order.
     """
 
     def __init__(self, n: int):
@@ -99,7 +101,9 @@ class RewardStream:
 
     def _raise_if_failed(self) -> None:
         assert self._future is not None
-        exc = self._future.exception() if not self._future.cancelled() else None
+        if self._future.cancelled():  # never end quietly with samples missing
+            raise concurrent.futures.CancelledError("the stream was cancelled before every sample was scored")
+        exc = self._future.exception()
         if exc is not None:
             raise exc
 
@@ -140,7 +144,7 @@ class RewardLoopManager:
       each. Standalone: loaded and awake on their own GPUs.
     * Judge / remote-RM requests from every worker share one budget (``judge_concurrency``,
       ``judge_rate_per_s``; defaults from ``reward_model.rollout.max_in_flight`` / ``rpm``),
-      enforced by a named, detached :class:`~rewardkit.ray.limiter.JudgeLimiter` actor.
+      enforced by a named :class:`~rewardkit.ray.limiter.JudgeLimiter` actor.
     """
 
     def __init__(
@@ -205,7 +209,7 @@ class RewardLoopManager:
                 self._limiter = create_limiter(
                     self.limiter_name, int(limit or self.config.max_concurrency), rate
                 )
-                # detached: outlives this process unless killed, so kill it even if close() is never called
+                # kill it when the manager goes away, even if close() is never called
                 self._limiter_finalizer = weakref.finalize(self, _kill_quietly, self._limiter)
             self._group = WorkerGroup(
                 self.config,

@@ -30,7 +30,11 @@ class ModelActor:
     ``colocated=True``: after loading, the weights go to sleep (the trainer owns the GPU until the
     manager wakes the replica up for a batch). Standalone: loaded and awake for good. A replica
     restarted by Ray comes back in the same state and wakes on demand if asked to score.
-    ``history()`` lists every lifecycle transition and every scoring call, in order.
+
+    Never offloaded mid-score: a ``sleep()`` that arrives while scores are in flight (a batch cut
+    off by its deadline) takes effect as soon as the last one finishes, and a score that arrives
+    while the replica should sleep (a straggler) wakes it only for that call.
+    ``history()`` lists every lifecycle transition and every finished scoring call, in order.
     """
 
     def __init__(self, backend: str, rm_config: dict[str, Any], plugins: dict[str, Any], colocated: bool):
@@ -46,6 +50,10 @@ class ModelActor:
         self.colocated = colocated
         self._events: list[str] = []
         self._seen = 0
+        self._scoring = 0  # score calls in flight
+        self._want_asleep = colocated  # the last lifecycle call asked for sleep
+        self._lifecycle: asyncio.Lock | None = None  # made on the actor's event loop
+        self._pending: set[asyncio.Task] = set()
         self.backend.load()
         if colocated:
             self.backend.sleep()
@@ -58,26 +66,46 @@ class ModelActor:
         self._events.extend(new)
         self._seen += len(new)
 
+    def _lock(self) -> asyncio.Lock:
+        if self._lifecycle is None:
+            self._lifecycle = asyncio.Lock()
+        return self._lifecycle
+
+    async def _transition(self, method: Any) -> None:
+        await asyncio.to_thread(method)
+        self._sync()
+
     async def wake_up(self) -> str:
         """Put the weights on the accelerator; returns the backend state."""
-        await asyncio.to_thread(self.backend.wake_up)
-        self._sync()
+        self._want_asleep = False
+        async with self._lock():
+            await self._transition(self.backend.wake_up)
         return self.backend.state
 
     async def sleep(self) -> str:
-        """Offload the weights and free accelerator memory; returns the backend state."""
-        await asyncio.to_thread(self.backend.sleep)
-        self._sync()
+        """Offload the weights and free accelerator memory; returns the backend state (still
+        ``awake`` when scores are in flight: it sleeps as soon as they finish)."""
+        self._want_asleep = True
+        await self._sleep_if_idle()
         return self.backend.state
+
+    async def _sleep_if_idle(self) -> None:
+        async with self._lock():
+            if self._want_asleep and self._scoring == 0:
+                await self._transition(self.backend.sleep)
 
     async def score(self, samples: list[Sample]) -> list[SampleResult]:
         """Score samples on this replica; one result per sample, failures typed."""
-        if self.backend.state != "awake":
-            await asyncio.to_thread(self.backend.wake_up)
-            self._sync()
-        self._events.append("score")
+        async with self._lock():  # never starts while a sleep is under way
+            if self.backend.state != "awake":
+                await self._transition(self.backend.wake_up)
+            self._scoring += 1
+        # Shielded: when the caller gives up (Ray cancels it at a batch deadline) the backend may
+        # still be computing in a thread; the replica counts it as in flight until it is done.
+        work = asyncio.ensure_future(self.backend.ascore(samples))
+        work.add_done_callback(self._score_done)
         try:
-            results = await self.backend.ascore(samples)
+            results = await asyncio.shield(work)
         except Exception as e:  # noqa: BLE001 - a backend must not raise, but never lose the batch
             msg = f"{type(self.backend).__name__}.ascore raised {e!r:.300}"
             return [SampleResult.failed("error", msg) for _ in samples]
@@ -85,6 +113,16 @@ class ModelActor:
             msg = f"{type(self.backend).__name__} returned {len(results)} results for {len(samples)} samples"
             return [SampleResult.failed("error", msg) for _ in samples]
         return list(results)
+
+    def _score_done(self, work: asyncio.Future) -> None:
+        self._scoring -= 1
+        self._events.append("score")
+        if not work.cancelled():
+            work.exception()  # retrieved: the caller may be gone
+        if self._want_asleep and self._scoring == 0:
+            task = asyncio.ensure_future(self._sleep_if_idle())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
     def history(self) -> list[str]:
         """Lifecycle transitions and ``"score"`` calls, in the order they happened."""
