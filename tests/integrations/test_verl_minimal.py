@@ -73,6 +73,7 @@ def test_manager_on_minimal_dataproto(rk_config, tokenizer):
         assert torch.equal(out["reward_tensor"], own.token_level_rewards(mask))
         assert out["reward_extra_info"]["status"] == ["ok", "ok", "failed", "ok"]
         assert torch.count_nonzero(out["reward_tensor"][3]) == 0  # empty response: nothing written
+        assert out["reward_extra_info"]["empty_response"] == [False, False, False, True]  # ...and reported
 
         single = asyncio.run(manager.run_single(data[0:1]))
         assert single["reward_score"] == 1.0 and single["reward_extra_info"]["status"] == "ok"

@@ -361,10 +361,13 @@ class RewardKitRewardManager:
             s if r.status == "ok" else _fallback(r, cfg)
             for s, r in zip(result.scores, result.samples, strict=True)
         ]
+        empty = set(result.empty_response_indices)
         info: dict[str, list[Any]] = {
             "score": scores,
             "status": list(result.status),
             "reason": [r or "" for r in result.reasons],
+            # True where the response had no valid token, so no reward token was written for it.
+            "empty_response": [i in empty for i in range(len(result))],
         }
         for k, values in result.extra.items():
             info.setdefault(k, values)
