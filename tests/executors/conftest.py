@@ -79,6 +79,46 @@ SCORERS = textwrap.dedent(
         await asyncio.Event().wait()
 
 
+    def sleepy(response, extra_info):
+        time.sleep(extra_info["sleep"])
+        return 1.0
+
+
+    _ONE_SLOT = None
+
+
+    async def one_slot(response, extra_info):
+        # waits its turn for a single sandbox-like slot, then works 0.25 s
+        global _ONE_SLOT
+        from rewardkit.scorers.sandbox import Limiter
+
+        if _ONE_SLOT is None:
+            _ONE_SLOT = Limiter(1)
+        async with _ONE_SLOT.hold():
+            await asyncio.sleep(0.25)
+        return 1.0
+
+
+    async def ignore_cancel(response):
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass  # swallowed: it keeps running past its deadline
+        await asyncio.sleep(30)  # a second cancellation ends it
+
+
+    def getenv(response):
+        return {"score": 1.0, "value": os.environ.get(response)}
+
+
+    def raise_cancelled(response):
+        raise asyncio.CancelledError("from the scorer")
+
+
+    async def araise_cancelled(response):
+        raise asyncio.CancelledError("from the scorer")
+
+
     async def block_loop(response):
         time.sleep(3600)
 

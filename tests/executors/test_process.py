@@ -403,3 +403,40 @@ async def test_cancelled_batch_stops_its_workers(make_executor, spec, task):
         await asyncio.sleep(0.05)
     assert ex.stats["killed"] == 1  # the hung worker did not outlive the cancelled batch
     assert (await ex.run([task(spec("good"), 0, "1", "1")]))[0].score == 1.0
+
+
+async def test_time_queued_for_a_sandbox_slot_is_not_counted(make_executor, spec, task):
+    """Code samples wait their turn for a few sandboxes in each worker: waiting is not hanging."""
+    ex = make_executor(num_workers=1, timeout_s=0.6)
+    tasks = [task(spec("one_slot"), i) for i in range(8)] + [task(spec("await_forever"), 8)]
+    results = await ex.run(tasks)
+    assert [r.status for r in results[:8]] == ["ok"] * 8, [r.error for r in results[:8]]
+    assert results[8].reason == "timeout"
+
+
+async def test_async_scorer_that_ignores_cancellation(make_executor, spec, task):
+    ex = make_executor(num_workers=1, timeout_s=0.5)
+    tasks = [
+        task(spec("good"), 0, "1", "1"),
+        task(spec("ignore_cancel"), 1),
+        task(spec("nap"), 2, sleep=0.05),
+    ]
+    start = time.monotonic()
+    results = await ex.run(tasks)
+    assert time.monotonic() - start < 15  # not held until the stray scorer ends (30 s)
+    assert [r.status for r in results] == ["ok", "failed", "ok"] and results[1].reason == "timeout"
+    again = await ex.run([task(spec("nap"), i, sleep=0.01) for i in range(4)])  # the pool recovered
+    assert [r.status for r in again] == ["ok"] * 4
+    assert ex.stats["started"] == 2  # the worker holding the stray scorer left; a fresh one took over
+
+
+async def test_new_workers_see_the_environment_as_it_is_now(make_executor, spec, task, monkeypatch):
+    """Forkserver children inherit the fork server's environment, frozen at the first pool start."""
+    name = f"RK_TEST_ENV_{os.getpid()}"
+    monkeypatch.delenv(name, raising=False)
+    first = make_executor(num_workers=1)
+    assert (await first.run([task(spec("getenv"), 0, name)]))[0].extra["value"] is None
+    first.close()
+    monkeypatch.setenv(name, "set later")
+    later = make_executor(num_workers=1)
+    assert (await later.run([task(spec("getenv"), 0, name)]))[0].extra["value"] == "set later"

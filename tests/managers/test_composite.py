@@ -27,6 +27,10 @@ def test_weighted_sum_and_components(engine):
     assert result.metrics["reward/component/t_exact/mean"] == pytest.approx(0.5)
     assert result.metrics["reward/component/x/mean"] == pytest.approx(0.5)
     assert result.metrics["reward/a/mean"] == pytest.approx(1.0)
+    # each component is also logged per data source
+    assert result.metrics["reward/a/component/t_exact/mean"] == pytest.approx(0.5)
+    assert result.metrics["reward/a/component/x/mean"] == pytest.approx(1.0)
+    assert result.metrics["reward/b/component/x/mean"] == pytest.approx(0.0)
 
 
 def test_abstaining_component_is_left_out_not_zero(engine):

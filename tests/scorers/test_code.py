@@ -275,3 +275,38 @@ def test_forked_worker_gets_a_fresh_limiter():
 def _in_forked_child():
     result = asyncio.run(compute_score("print(int(input()) * 2)", {"inputs": ["2"], "outputs": ["4"]}))
     return id(sandbox.LOCAL_LIMITER), result["score"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="needs Linux /proc")
+@pytest.mark.parametrize("isolate", [True, False])
+def test_sandbox_dies_with_the_process_that_started_it(isolate):
+    """A worker killed at its deadline (SIGKILL, no clean-up) must not leave a sleeping program behind."""
+    import secrets
+    import subprocess
+    import sys
+
+    whole, frac = secrets.randbelow(10**6) + 1000, secrets.randbelow(10**6)
+    marker = f"{whole}.{frac}"  # only the sandboxed program's command line holds it whole
+    starter = (
+        "import asyncio, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "from rewardkit.scorers.sandbox import Limits, run_python\n"
+        f"asyncio.run(run_python(\"import os\\nos.execv('/bin/sleep', ['sleep', '{whole}' + '.{frac}'])\", "
+        f"limits=Limits(timeout_s=120, isolate_network={isolate})))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", starter])
+    try:
+        deadline = time.monotonic() + 30
+        while not _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_with(marker), "the sandboxed program never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _processes_with(marker)
+    for pid in left:
+        os.kill(int(pid), 9)
+    assert left == []

@@ -73,3 +73,31 @@ async def test_base_scorer_choice_and_errors():
 async def test_empty_response_is_short_and_wrong():
     out = await cosine_length("", sample(""))
     assert out == {"score": -1.0, "acc": False, "length": 0}
+
+
+async def test_a_sync_base_scorer_does_not_block_the_event_loop(monkeypatch):
+    import asyncio
+    import time
+
+    from rewardkit.scorers import gsm8k
+
+    real = gsm8k.extract_answer
+
+    def slow_extract(response, method="flexible"):
+        time.sleep(0.5)
+        return real(response, method)
+
+    monkeypatch.setattr(gsm8k, "extract_answer", slow_extract)  # the registered gsm8k scorer is sync
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.ensure_future(tick())
+    out = await cosine_length("#### 7", sample("#### 7"))
+    ticker.cancel()
+    assert out["acc"] is True
+    assert ticks >= 10  # the loop kept running while the base scorer slept 0.5 s

@@ -114,3 +114,10 @@ def test_works_off_the_main_thread():
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda i: compute_score(f"\\boxed{{{i}/2}}", f"\\frac{{{i}}}{{2}}"), range(8)))
     assert all(o["acc"] for o in outs)
+
+
+def test_gold_is_passed_first_to_math_verify():
+    """math-verify's check is asymmetric: a gold inequality accepts the equivalent interval, not the
+    other way round. Swapping the arguments flips both of these."""
+    assert compute_score("\\boxed{(-\\infty,3)}", "x<3")["acc"] is True
+    assert compute_score("\\boxed{x<3}", "(-\\infty,3)")["acc"] is False

@@ -50,16 +50,25 @@ def test_only_the_last_300_characters_count():
     assert compute_score("x" * 400 + "\nAnswer: 5", "5")["acc"]
 
 
-def test_boxed_fallback_in_last_100_characters():
-    assert compute_score("so \\boxed{12}", "12") == {"score": 1.0, "acc": True, "pred": "12"}
-    assert not compute_score("\\boxed{12}" + "y" * 150, "12")["acc"]
+def test_a_box_without_answer_line_is_wrong_as_in_verl():
+    assert compute_score("so \\boxed{12}", "12") == {"score": -1.0, "acc": False, "pred": INVALID}
+
+
+def test_opt_in_boxed_fallback_in_last_100_characters():
+    assert compute_score("so \\boxed{12}", "12", boxed_fallback=True) == {
+        "score": 1.0,
+        "acc": True,
+        "pred": "12",
+    }
+    assert not compute_score("\\boxed{12}" + "y" * 150, "12", boxed_fallback=True)["acc"]
+    assert compute_score("\\boxed{12}\nAnswer: 13", "13", boxed_fallback=True)["acc"]  # the line wins
 
 
 def test_strict_box_verify_compares_raw():
     assert compute_score("\\boxed{12}", "12", strict_box_verify=True)["acc"]
     assert not compute_score("\\boxed{12.0}", "12", strict_box_verify=True)["acc"]
     assert not compute_score("Answer: 12", "12", strict_box_verify=True)["acc"]
-    assert compute_score("Answer: 12", "12", strict_box_verify=True)["pred"] is None
+    assert compute_score("Answer: 12", "12", strict_box_verify=True)["pred"] == INVALID
 
 
 def test_empty_unicode_and_bad_ground_truth():

@@ -131,6 +131,7 @@ class _WorkerLoop:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.retire = False
 
     def serve(self) -> None:
         while True:
@@ -154,6 +155,8 @@ class _WorkerLoop:
                 if self.loop is None:
                     self.loop = asyncio.new_event_loop()
                 self.loop.run_until_complete(self.run_async(chunk_id, items))
+                if self.retire:  # results are sent; exit now, whatever threads the stray task holds
+                    os._exit(0)
             else:  # "batch": one call of a batch scorer
                 spec, samples = items
                 self.beat(0)
@@ -186,18 +189,31 @@ class _WorkerLoop:
         self.send(("results", chunk_id, out, (time.process_time() - cpu) / max(1, len(items))))
 
     async def run_async(self, chunk_id: int, items: list) -> None:
+        from rewardkit.scorers.sandbox import LeftRunning, wait_for_unqueued
+
         sem = asyncio.Semaphore(self.concurrency)
         out: list[tuple[int, SampleResult]] = []
         last = [time.monotonic()]
         where = 0.0 if len(items) == 1 else _SEVERAL
 
+        async def heartbeat() -> None:
+            # Deadlines of async tasks are kept here (time queued for a sandbox slot excluded); the
+            # parent only has to catch a blocked event loop, which stops this beat.
+            while True:
+                self.beat(where)
+                await asyncio.sleep(_FLUSH_S)
+
         async def one(i: int, spec: ScorerSpec, sample: Sample) -> None:
             async with sem:
                 self.beat(where)
                 try:
-                    r = await asyncio.wait_for(ainvoke(spec, sample, self.max_input_chars), self.timeout_s)
-                except (asyncio.TimeoutError, TimeoutError):
+                    r = await wait_for_unqueued(
+                        lambda: ainvoke(spec, sample, self.max_input_chars), self.timeout_s
+                    )
+                except (asyncio.TimeoutError, TimeoutError) as e:
                     r = SampleResult.failed("timeout", f"async scorer passed its {self.timeout_s}s deadline")
+                    if isinstance(e, LeftRunning):
+                        self.retire = True  # leave once the chunk is done: the parent starts a fresh worker
                 except BaseException as e:  # noqa: BLE001
                     r = error_result(e)
                 self.beat(where)
@@ -207,7 +223,11 @@ class _WorkerLoop:
                     out.clear()
                     last[0] = time.monotonic()
 
-        await asyncio.gather(*(one(i, spec, sample) for i, (spec, sample) in enumerate(items)))
+        beating = asyncio.ensure_future(heartbeat())
+        try:
+            await asyncio.gather(*(one(i, spec, sample) for i, (spec, sample) in enumerate(items)))
+        finally:
+            beating.cancel()
         self.send(("results", chunk_id, out, None))
 
     def send(self, msg: tuple) -> None:
@@ -234,8 +254,26 @@ def _sendable(msg: tuple) -> tuple:
     return (kind, chunk_id, clean, busy)
 
 
-def _worker_main(conn, state, max_input_chars, timeout_s, concurrency, memory_limit_mb, start_method) -> None:
+_in_worker = False
+
+
+def in_worker() -> bool:
+    """Whether this process is a ``process`` executor worker, where blocking the event loop is safe
+    (the parent's deadline kills a blocked worker) and moving work to a thread would escape it."""
+    return _in_worker
+
+
+def _worker_main(
+    conn, state, max_input_chars, timeout_s, concurrency, memory_limit_mb, start_method, environ=None
+) -> None:
     """Entry point of a worker process."""
+    global _in_worker
+    _in_worker = True
+    if environ is not None:
+        # A forkserver child inherits the fork server's environment, frozen when the first pool
+        # started; take the owning process's environment as it is now instead.
+        os.environ.clear()
+        os.environ.update(environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         os.setsid()  # its own process group, so that a kill also reaches what a scorer started
@@ -642,6 +680,7 @@ class ProcessExecutor(Executor):
                 self._per_worker_concurrency(),
                 self.memory_limit_mb,
                 self.start_method,
+                {k: v for k, v in os.environ.items() if k != _MAIN_ENV},
             ),
             name="rewardkit-worker",
             daemon=True,

@@ -133,9 +133,10 @@ async def run_tasks(context: ManagerContext, tasks: Sequence[ScoreTask]) -> list
         slot.append(first[k])
     results = await context.executor.run(unique)
     out = []
-    for i, s in enumerate(slot):
-        r = results[s]
-        out.append(r if i == first[dedup_key(tasks[i].spec, tasks[i].sample)] else _copy(r))
+    handed_out: set[int] = set()
+    for s in slot:  # the first sample of a group gets the result, its duplicates get copies
+        out.append(_copy(results[s]) if s in handed_out else results[s])
+        handed_out.add(s)
     return out
 
 

@@ -16,6 +16,7 @@ Length is ``sample.response_length`` (tokens) when the caller gave it, else char
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -42,8 +43,9 @@ def response_length(response: str, sample: Sample | None, unit: str = "auto") ->
 
 
 async def _is_correct(sample: Sample, base: str | None) -> bool | None:
+    from rewardkit.executors.process import in_worker
     from rewardkit.plugins import get_registries
-    from rewardkit.scoring import ainvoke
+    from rewardkit.scoring import ainvoke, invoke, signature_of
 
     scorers = get_registries().scorers
     name = base or (scorers.name_for(sample.data_source) if sample.data_source else None)
@@ -54,7 +56,11 @@ async def _is_correct(sample: Sample, base: str | None) -> bool | None:
         )
     if name == "cosine_length":
         raise ValueError("cosine_length cannot use itself as its base scorer")
-    result = await ainvoke(scorers.get(name), sample)
+    spec = scorers.get(name)
+    if signature_of(spec.fn).is_async or in_worker():
+        result = await ainvoke(spec, sample)
+    else:  # a sync base scorer (math-verify: tens of ms) must not block the caller's event loop
+        result = await asyncio.to_thread(invoke, spec, sample)
     if result.status == "abstained":
         return None
     if result.status == "failed":

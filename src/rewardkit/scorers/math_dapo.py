@@ -4,8 +4,9 @@ Semantics follow verl's ``verl/utils/reward_score/math_dapo.py`` so rewards are 
 runs made there:
 
 * only the last 300 characters of the response are looked at;
-* the answer is the last ``Answer: <rest of line>`` (case-insensitive); without one, the last
-  ``\\boxed{...}`` in the final 100 characters is used instead;
+* the answer is the last ``Answer: <rest of line>`` (case-insensitive); without one the response is
+  wrong, as in verl (``boxed_fallback=True``, a rewardkit extension off by default, takes the last
+  ``\\boxed{...}`` of the final 100 characters instead);
 * prediction and reference are normalised the Minerva way (units, ``\\text{}``, ``\\frac12``,
   thousands separators...) and compared as strings;
 * ``strict_box_verify=True``: only the last ``\\boxed{...}`` in the final 100 characters counts,
@@ -131,18 +132,20 @@ def _naive_matching_brace(text: str, start: int) -> int | None:
     return None
 
 
-def verify(response: str, ground_truth: str, strict_box_verify: bool = False) -> tuple[bool, str | None]:
+def verify(
+    response: str, ground_truth: str, strict_box_verify: bool = False, boxed_fallback: bool = False
+) -> tuple[bool, str]:
     """``(correct, pred)`` for an already-truncated response."""
     box_tail = response[-BOX_TAIL_CHARS:]
     if strict_box_verify:
         pred = last_boxed_brace(box_tail)
-        return pred == ground_truth, pred
+        return pred == ground_truth, INVALID if pred is None else pred
     matches = _ANSWER.findall(response)
     gold = normalize_final_answer(ground_truth)
     if matches:
         pred = normalize_final_answer(matches[-1])
         return pred == gold, pred
-    boxed = last_boxed_brace(box_tail)
+    boxed = last_boxed_brace(box_tail) if boxed_fallback else None
     if boxed is not None:
         pred = normalize_final_answer(boxed)
         return pred == gold, pred
@@ -151,9 +154,17 @@ def verify(response: str, ground_truth: str, strict_box_verify: bool = False) ->
     return pred == gold, pred
 
 
-def compute_score(response: str, ground_truth: Any, strict_box_verify: bool = False) -> dict[str, Any]:
-    """Score a DAPO maths response: ``{"score": 1.0 | -1.0, "acc": bool, "pred": str | None}``."""
+def compute_score(
+    response: str, ground_truth: Any, strict_box_verify: bool = False, boxed_fallback: bool = False
+) -> dict[str, Any]:
+    """Score a DAPO maths response: ``{"score": 1.0 | -1.0, "acc": bool, "pred": str}``.
+
+    ``boxed_fallback=True`` (not in verl) reads the last ``\\boxed{...}`` of the final 100 characters
+    when there is no ``Answer:`` line.
+    """
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, str | int | float):
         raise ValueError(f"math_dapo: ground_truth must be text or a number, got {ground_truth!r:.80}")
-    correct, pred = verify((response or "")[-TAIL_CHARS:], str(ground_truth), strict_box_verify)
+    correct, pred = verify(
+        (response or "")[-TAIL_CHARS:], str(ground_truth), strict_box_verify, boxed_fallback
+    )
     return {"score": 1.0 if correct else -1.0, "acc": bool(correct), "pred": pred}

@@ -8,6 +8,8 @@ Model-written code never runs in rewardkit's own process. Each run gets:
 * rlimits set by a tiny launcher before it ``exec``s the interpreter: CPU seconds, address space,
   file size (which also caps what it can print), open files, processes, no core dumps;
 * a wall-clock deadline after which its whole process group is killed;
+* on Linux, death with the process that started it (``PR_SET_PDEATHSIG``): a worker killed at its
+  deadline or crashed leaves no sandboxed program behind;
 * no network, through ``unshare --net`` (plus a private PID namespace, so nothing it spawns survives)
   where the platform allows it; otherwise a warning, once per process;
 * when rewardkit runs as root, a throw-away unprivileged uid, so it cannot read root-only files.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import json
 import os
 import random
@@ -32,7 +35,9 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 #: Where the launcher's own failures are reported (exit status), so they are not mistaken for the program's.
 LAUNCH_FAILED = 97
@@ -52,6 +57,7 @@ def limit(name, soft, hard=None):
     if cur != resource.RLIM_INFINITY:
         soft, hard = min(soft, cur), min(hard, cur)
     resource.setrlimit(res, (soft, hard))
+launcher = os.getpid()
 pid = os.fork()
 if pid == 0:
     try:
@@ -65,6 +71,11 @@ if pid == 0:
             os.setgroups([])
             os.setgid(c["uid"])
             os.setuid(c["uid"])
+        if c["pdeathsig"]:  # after setuid, which clears it: die with the launcher
+            import ctypes
+            ctypes.CDLL(None).prctl(1, 9)
+            if os.getppid() != launcher:
+                os._exit(1)
         os.execve(c["python"], [c["python"], "-I", *c["argv"]], c["env"])
     except BaseException as e:
         os.write(2, ("rewardkit sandbox launcher: %s: %s\n" % (type(e).__name__, e)).encode())
@@ -121,8 +132,78 @@ class RunResult:
         return msg if len(msg) <= limit else msg[: limit - 1] + "…"
 
 
+class _QueueClock:
+    """Time a scorer call has spent queued for a :class:`Limiter` slot (overlapping waits count once)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.waiting = 0
+        self.since = 0.0
+
+    def enter(self) -> None:
+        if self.waiting == 0:
+            self.since = time.monotonic()
+        self.waiting += 1
+
+    def leave(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.total += time.monotonic() - self.since
+
+    def queued(self) -> float:
+        return self.total + (time.monotonic() - self.since if self.waiting else 0.0)
+
+
+_queue_clock: contextvars.ContextVar[_QueueClock | None] = contextvars.ContextVar(
+    "rewardkit_queue_clock", default=None
+)
+
+
+async def wait_for_unqueued(make: Callable[[], Awaitable[Any]], timeout: float | None) -> Any:
+    """Await ``make()`` under a deadline of ``timeout`` seconds that does not count the time it spends
+    queued for a sandbox slot (:class:`Limiter`); raise :class:`asyncio.TimeoutError` past it.
+
+    Executors use it for per-sample deadlines: with many code samples in flight, a sample waiting
+    its turn for one of the few sandboxes has not hung, and must not fail with ``timeout``.
+    """
+    if timeout is None:
+        return await make()
+    clock = _QueueClock()
+    token = _queue_clock.set(clock)
+    try:
+        task = asyncio.ensure_future(make())  # runs in a copy of this context: it sees the clock
+    finally:
+        _queue_clock.reset(token)
+    start = time.monotonic()
+    try:
+        while True:
+            left = start + timeout + clock.queued() - time.monotonic()
+            if left <= 0 and not clock.waiting:
+                break
+            await asyncio.wait({task}, timeout=max(left, 0.05))
+            if task.done():
+                return task.result()
+    except BaseException:
+        task.cancel()
+        raise
+    task.cancel()
+    # A scorer that swallows the cancellation is left behind rather than waited for.
+    await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    raise asyncio.TimeoutError if task.done() else LeftRunning
+
+
+_CANCEL_GRACE_S = 1.0
+
+
+class LeftRunning(asyncio.TimeoutError):
+    """The deadline passed and the scorer ignored its cancellation: it is still running."""
+
+
 class Limiter:
-    """At most ``n`` holders at a time across every thread and event loop of this process."""
+    """At most ``n`` holders at a time across every thread and event loop of this process.
+
+    Time spent waiting for a slot is kept off the deadline of :func:`wait_for_unqueued`.
+    """
 
     def __init__(self, n: int):
         self.n = max(1, int(n))
@@ -144,6 +225,9 @@ class Limiter:
                 return
             fut = loop.create_future()
             self._waiters.append((loop, fut))
+        clock = _queue_clock.get()
+        if clock is not None:
+            clock.enter()
         try:
             await fut
         except asyncio.CancelledError:
@@ -154,6 +238,9 @@ class Limiter:
             # We were granted a slot while being cancelled: hand it on.
             self.release()
             raise
+        finally:
+            if clock is not None:
+                clock.leave()
 
     def release(self) -> None:
         with self._lock:
@@ -332,6 +419,7 @@ def _base_config(workdir: str, limits: Limits | None = None) -> dict:
         "argv": ["main.py"],
         "env": _env(workdir),
         "status_file": None,
+        "pdeathsig": sys.platform.startswith("linux"),
     }
 
 
@@ -355,6 +443,31 @@ def _program_returncode(status_path: str, launcher_rc: int | None) -> int | None
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+def _die_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has Linux SIGKILL the sandbox when the process that started it dies.
+
+    Without it, a worker process killed at its deadline (or crashing) would leave a sleeping
+    program behind: the sandbox runs in its own session, so killing the worker's process group
+    does not reach it, and a program that sleeps never hits its CPU limit. ``None`` off Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: kept across exec (unshare is not setuid)
+        if os.getppid() != parent:  # it died before prctl took effect
+            os._exit(1)
+
+    return hook
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -417,6 +530,7 @@ async def _run_in(workdir: str, prefix: list[str], program: str, stdin: str, lim
                     cwd=workdir,
                     env=config["env"],
                     start_new_session=True,
+                    preexec_fn=_die_with_this_process(),
                 )
             except OSError as e:
                 raise RuntimeError(f"sandbox: cannot start a subprocess: {e}") from e
