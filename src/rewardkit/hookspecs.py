@@ -23,6 +23,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class RegisterScorer(Protocol):
+    """The ``register`` callable passed to :func:`register_scorers`."""
+
     def __call__(
         self,
         fn: Any,
@@ -33,6 +35,8 @@ class RegisterScorer(Protocol):
 
 
 class RegisterClass(Protocol):
+    """The ``register`` callable passed to the class-registering hooks."""
+
     def __call__(self, cls: type | str, name: str | None = None) -> None: ...
 
 

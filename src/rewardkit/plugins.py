@@ -54,6 +54,7 @@ class PluginInfo:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form printed by ``rewardkit list-plugins --json``."""
         kinds = sorted(k for k, v in self.registered.items() if v)
         return {
             "name": self.name,
@@ -85,6 +86,7 @@ class Registries:
 
     @property
     def broken(self) -> list[PluginInfo]:
+        """Plugins that failed to import or register."""
         return [p for p in self.plugins if p.error is not None]
 
 

@@ -36,6 +36,7 @@ class Registry(Generic[T]):
         self.hint = ""
 
     def add(self, name: str, obj: T, provider: str, **meta: Any) -> Entry[T]:
+        """Register ``obj`` as ``name`` for ``provider``; a taken name raises :class:`DuplicateNameError`."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"plugin {provider!r} registered a {self.kind} without a name")
         if name in self._entries:
@@ -45,6 +46,7 @@ class Registry(Generic[T]):
         return entry
 
     def entry(self, name: str) -> Entry[T]:
+        """The entry for ``name``; an unknown name raises :class:`UnknownNameError`."""
         try:
             return self._entries[name]
         except KeyError:
@@ -75,6 +77,7 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def names(self) -> list[str]:
+        """Every registered name, sorted."""
         return sorted(self._entries)
 
     def remove_provider(self, provider: str) -> None:
@@ -91,6 +94,7 @@ class ScorerRegistry(Registry[T]):
         self._patterns: list[tuple[str, str]] = []
 
     def add(self, name: str, obj: T, provider: str, **meta: Any) -> Entry[T]:
+        """Register a scorer and route its ``data_sources`` to it; a routed data source taken twice is an error."""
         sources = list(meta.get("data_sources") or ())
         for ds in sources:
             owner = self._exact.get(ds) or next((n for p, n in self._patterns if p == ds), None)
@@ -120,6 +124,7 @@ class ScorerRegistry(Registry[T]):
         return None
 
     def remove_provider(self, provider: str) -> None:
+        """Forget ``provider``'s scorers and their routes."""
         super().remove_provider(provider)
         self._exact = {ds: n for ds, n in self._exact.items() if n in self._entries}
         self._patterns = [(p, n) for p, n in self._patterns if n in self._entries]

@@ -92,6 +92,7 @@ class RewardResult:
 
     @property
     def scores(self) -> list[float]:
+        """One float per sample: the score, or ``failure_score`` / ``abstain_score`` / ``nan``."""
         out = []
         for r in self.samples:
             if r.status == "ok":
@@ -106,18 +107,22 @@ class RewardResult:
 
     @property
     def status(self) -> list[Status]:
+        """``ok`` / ``abstained`` / ``failed`` per sample."""
         return [r.status for r in self.samples]
 
     @property
     def reasons(self) -> list[str | None]:
+        """The failure reason per sample (``None`` unless failed)."""
         return [r.reason for r in self.samples]
 
     @property
     def errors(self) -> list[str | None]:
+        """The failure message per sample (``None`` unless failed)."""
         return [r.error for r in self.samples]
 
     @property
     def components(self) -> dict[str, list[float | None]]:
+        """Per component name, its value for each sample (``None`` where absent)."""
         names: dict[str, None] = {}
         for r in self.samples:
             names.update(dict.fromkeys(r.components))
@@ -125,6 +130,7 @@ class RewardResult:
 
     @property
     def extra(self) -> dict[str, list[Any]]:
+        """Per extra key, its value for each sample (``None`` where absent): verl's ``reward_extra_info``."""
         keys: dict[str, None] = {}
         for r in self.samples:
             keys.update(dict.fromkeys(r.extra))
@@ -132,6 +138,7 @@ class RewardResult:
 
     @property
     def num_failed(self) -> int:
+        """How many samples failed."""
         return sum(r.status == "failed" for r in self.samples)
 
     #: Rows of the last :meth:`token_level_rewards` call that had no valid token.

@@ -215,9 +215,11 @@ class Limiter:
 
     @property
     def busy(self) -> int:
+        """Slots in use now."""
         return self._busy
 
     async def acquire(self) -> None:
+        """Wait for a slot (first come, first served); time spent queued is excluded from the sample's deadline."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._busy < self.n and not self._waiters:
@@ -243,6 +245,7 @@ class Limiter:
                 clock.leave()
 
     def release(self) -> None:
+        """Give a slot back, handing it straight to the longest waiter if any."""
         with self._lock:
             while self._waiters:
                 loop, fut = self._waiters.popleft()
@@ -254,6 +257,7 @@ class Limiter:
 
     @contextlib.asynccontextmanager
     async def hold(self):
+        """``async with limiter.hold():`` holds one slot for the block."""
         await self.acquire()
         try:
             yield
