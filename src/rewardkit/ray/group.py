@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardkit.ray.dispatch import Send, WorkerPool, dispatch
-from rewardkit.ray.runtime import LoopThread, ensure_ray
+from rewardkit.ray.runtime import LoopThread, close_and_kill, ensure_ray
 from rewardkit.ray.sharding import Shard
 
 if TYPE_CHECKING:
@@ -131,15 +131,5 @@ class WorkerGroup:
         if self._closed:
             return
         self._closed = True
-        import ray
-
-        try:
-            ray.get([h.close.remote() for h in self.handles], timeout=graceful_timeout_s)
-        except Exception:  # noqa: BLE001 - a dead worker cannot close
-            pass
-        for h in self.handles:
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
+        close_and_kill(self.handles, graceful_timeout_s)
         self.loop.stop()

@@ -358,15 +358,7 @@ class ModelPool:
 
     def kill(self, graceful_timeout_s: float = 10.0) -> None:
         """Close every replica's backend (best effort) and kill the actors."""
-        import ray
+        from rewardkit.ray.runtime import close_and_kill
 
-        try:
-            ray.get([r.close.remote() for r in self.replicas], timeout=graceful_timeout_s)
-        except Exception:  # noqa: BLE001 - a dead replica cannot close
-            pass
-        for r in self.replicas:
-            try:
-                ray.kill(r, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
+        close_and_kill(self.replicas, graceful_timeout_s)
         self.replicas = []

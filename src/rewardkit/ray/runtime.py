@@ -37,6 +37,21 @@ def ensure_ray(address: str | None = None) -> None:
     ray.init(**kwargs)
 
 
+def close_and_kill(handles: list[Any], graceful_timeout_s: float) -> None:
+    """Ask each actor to ``close()`` (best effort, bounded wait), then kill it without restart."""
+    import ray
+
+    try:
+        ray.get([h.close.remote() for h in handles], timeout=graceful_timeout_s)
+    except Exception:  # noqa: BLE001 - a dead actor cannot close
+        pass
+    for h in handles:
+        try:
+            ray.kill(h, no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def crash_errors() -> tuple[type[BaseException], ...]:
     """Ray exceptions that mean "the process running this died", not "the code raised"."""
     from ray import exceptions as rx
