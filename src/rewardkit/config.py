@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -210,10 +211,108 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
-def _is_legacy(data: dict[str, Any]) -> bool:
-    from rewardkit.migrate import is_legacy
+#: Top-level sections of a verl trainer config that hold legacy reward settings.
+LEGACY_SECTIONS = ("reward_model", "custom_reward_function", "sandbox_fusion")
 
-    return is_legacy(data)
+#: Keys of verl's legacy ``reward_model`` section that rewardkit's ``reward_model`` does not have
+#: (:mod:`rewardkit.migrate` moves or drops them; a test keeps the two lists in step).
+_LEGACY_ONLY_RM_KEYS = frozenset(
+    {
+        "forward_max_token_len_per_gpu",
+        "inference",
+        "launch_reward_fn_async",
+        "max_length",
+        "micro_batch_size",
+        "micro_batch_size_per_gpu",
+        "model",
+        "num_workers",
+        "overlong_buffer",
+        "profiler",
+        "reward_kwargs",
+        "reward_loop_class_name",
+        "reward_loop_module_path",
+        "reward_loop_source",
+        "reward_manager",
+        "sandbox_fusion",
+        "strategy",
+        "ulysses_sequence_parallel_size",
+        "use_dynamic_bsz",
+        "use_reward_loop",
+    }
+)
+
+#: verl rollout (server-launch) keys that rewardkit never reads under ``reward_model.rollout``.
+_VERL_ONLY_ROLLOUT_KEYS = frozenset(
+    {
+        "cudagraph_capture_sizes",
+        "data_parallel_size",
+        "disable_log_stats",
+        "disaggregation",
+        "do_sample",
+        "dtype",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "enforce_eager",
+        "engine_kwargs",
+        "expert_parallel_size",
+        "free_cache_engine",
+        "full_determinism",
+        "gpu_memory_utilization",
+        "ignore_eos",
+        "layered_summon",
+        "limit_images",
+        "load_format",
+        "max_model_len",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "mtp",
+        "multi_stage_wake_up",
+        "n",
+        "name",
+        "pipeline_model_parallel_size",
+        "prompt_length",
+        "quantization",
+        "quantization_config_file",
+        "response_length",
+        "scheduling_policy",
+        "skip_tokenizer_init",
+        "tensor_model_parallel_size",
+        "top_k",
+    }
+)
+
+
+def looks_legacy(data: Any) -> bool:
+    """Whether the mapping ``data`` holds verl legacy reward keys (see :func:`rewardkit.migrate.is_legacy`).
+
+    True for a whole verl trainer config with a ``reward_model`` / ``custom_reward_function`` /
+    ``sandbox_fusion`` section, and for any mapping using a legacy-only key such as
+    ``reward_model.reward_manager`` or ``reward_model.model``. False for a ``reward:`` section written
+    at top level (``{"custom_reward_function": {"path": "r.py"}}``), even a misspelt one, so that
+    ``load_config`` can say "did you mean".
+    """
+    if not isinstance(data, dict):
+        return False
+    if "reward" in data:
+        return any(_has_value(data.get(s)) for s in LEGACY_SECTIONS)
+    rm = data.get("reward_model")
+    if isinstance(rm, Mapping):
+        if any(k in _LEGACY_ONLY_RM_KEYS for k in rm):
+            return True
+        if _verl_rollout_keys(rm.get("rollout")):
+            return True
+    present = any(isinstance(data.get(s), Mapping) for s in LEGACY_SECTIONS)
+    return present and not set(data) <= set(RewardConfig.model_fields)
+
+
+def _verl_rollout_keys(rollout: Any) -> bool:
+    return isinstance(rollout, Mapping) and any(k in _VERL_ONLY_ROLLOUT_KEYS for k in rollout)
+
+
+def _has_value(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        return any(_has_value(v) for v in node.values())
+    return node is not None
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
@@ -260,12 +359,22 @@ def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None
         data = data["reward"] or {}
         if not isinstance(data, dict):
             raise ConfigError("the 'reward' section must be a mapping")
-    elif _is_legacy(data):
-        raise ConfigError(
-            "this looks like verl's legacy flat config (reward_model.reward_manager / reward_model.model); "
-            "convert it with `rewardkit migrate-config OLD.yaml -o NEW.yaml` or rewardkit.migrate.migrate_legacy()"
-        )
+        legacy = False
+    else:
+        legacy = True  # a legacy config never validates, but for verl-only keys under reward_model.rollout
     try:
-        return RewardConfig.model_validate(data)
+        config = RewardConfig.model_validate(data)
     except ValidationError as e:
+        if legacy and looks_legacy(data):
+            raise _legacy_error() from None
         raise ConfigError(_format_validation_error(e, origin)) from None
+    if legacy and _verl_rollout_keys(config.reward_model.rollout):
+        raise _legacy_error()
+    return config
+
+
+def _legacy_error() -> ConfigError:
+    return ConfigError(
+        "this looks like verl's legacy flat config (reward_model.reward_manager / reward_model.model); "
+        "convert it with `rewardkit migrate-config OLD.yaml -o NEW.yaml` or rewardkit.migrate.migrate_legacy()"
+    )

@@ -15,6 +15,7 @@ from rewardkit.executors.base import Executor
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
 from rewardkit.result import RewardResult
+from rewardkit.runtime.loop import LoopThread
 from rewardkit.scoring import resolve_ref
 
 ConfigLike = RewardConfig | dict[str, Any] | str | None
@@ -26,8 +27,9 @@ class RewardEngine:
     >>> with RewardEngine({"custom_reward_function": {"path": "my_reward.py"}}) as engine:  # doctest: +SKIP
     ...     result = engine.compute([{"response": "...", "ground_truth": "42"}])
 
-    ``compute`` may be called from any thread (it runs on the engine's own event loop);
-    ``acompute`` runs on the caller's loop. Close the engine (or use ``with``) to stop workers.
+    ``compute`` (from any thread) and ``acompute`` (from any event loop) both run the work on the
+    engine's own event loop, so one loop only ever touches its workers and HTTP sessions. Close the
+    engine (or use ``with``) to stop workers.
     """
 
     def __init__(self, config: ConfigLike = None, *, registries: Registries | None = None):
@@ -36,8 +38,7 @@ class RewardEngine:
         self._executor: Executor | None = None
         self._backend = None
         self._manager: RewardManager | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
+        self._loop: LoopThread | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._manager_cls = self._resolve_manager_class()
@@ -104,9 +105,22 @@ class RewardEngine:
 
     # -- scoring ---------------------------------------------------------------------------------
     async def acompute(self, samples: Iterable[Any]) -> RewardResult:
-        """Score a batch (dicts, JSONL records or :class:`Sample`) on the running event loop."""
+        """Score a batch (dicts, JSONL records or :class:`Sample`); awaits the engine's loop doing it."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
+        loop = self._ensure_loop()
+        if asyncio.get_running_loop() is loop.loop:
+            return await self._score(samples)
+        return await loop.arun(self._score(samples))
+
+    def compute(self, samples: Iterable[Any]) -> RewardResult:
+        """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        return self._ensure_loop().run(self._score(samples))
+
+    async def _score(self, samples: Iterable[Any]) -> RewardResult:
+        """Score a batch; runs on the engine's loop."""
         batch: list[Sample] = to_samples(samples)
         start = time.perf_counter()
         manager = self.manager
@@ -128,19 +142,10 @@ class RewardEngine:
             result.metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
         return result
 
-    def compute(self, samples: Iterable[Any]) -> RewardResult:
-        """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self.acompute(samples), loop).result()
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+    def _ensure_loop(self) -> LoopThread:
         with self._lock:
             if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._loop_thread = threading.Thread(
-                    target=self._loop.run_forever, name="rewardkit-engine-loop", daemon=True
-                )
-                self._loop_thread.start()
+                self._loop = LoopThread("rewardkit-engine-loop")
             return self._loop
 
     def close(self) -> None:
@@ -149,29 +154,20 @@ class RewardEngine:
             return
         self._closed = True
         if self._manager is not None and self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._manager.aclose(), self._loop).result()
+            self._loop.run(self._manager.aclose())
         if self._backend is not None:
             if self._loop is not None:
-                asyncio.run_coroutine_threadsafe(self._backend.aclose(), self._loop).result()
+                self._loop.run(self._backend.aclose())
             else:
                 self._backend.close()
         if self._executor is not None:
             self._executor.close()
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._loop_thread is not None:
-                self._loop_thread.join(timeout=5)
-            self._loop.close()
+            self._loop.stop()
             self._loop = None
 
     async def aclose(self) -> None:
-        """Close from async code."""
-        if self._manager is not None:
-            await self._manager.aclose()
-        if self._backend is not None:
-            await self._backend.aclose()
-            self._backend = None
-        self._manager = None
+        """Close from async code (the manager and the backend close on the engine's loop, as they ran)."""
         await asyncio.to_thread(self.close)
 
     def __enter__(self) -> RewardEngine:

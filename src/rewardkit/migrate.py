@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from rewardkit.config import read_yaml
+from rewardkit.config import LEGACY_SECTIONS, looks_legacy, read_yaml
 from rewardkit.errors import ConfigError
 
 __all__ = [
@@ -41,9 +41,6 @@ __all__ = [
     "migrate_legacy",
     "overrides_to_config",
 ]
-
-#: Top-level sections of a verl trainer config that hold legacy reward settings.
-LEGACY_SECTIONS = ("reward_model", "custom_reward_function", "sandbox_fusion")
 
 KeyPath = tuple[str, ...]
 
@@ -312,39 +309,13 @@ def _reward_fields() -> set[str]:
 
 
 def is_legacy(config: Any) -> bool:
-    """Whether ``config`` (a mapping) holds verl legacy reward keys that :func:`migrate_legacy` would move.
-
-    True for a whole verl trainer config with a ``reward_model`` / ``custom_reward_function`` /
-    ``sandbox_fusion`` section, and for any mapping using a legacy-only key such as
-    ``reward_model.reward_manager`` or ``reward_model.model``. False for a ``reward:`` section written
-    at top level (``{"custom_reward_function": {"path": "r.py"}}``), even a misspelt one, so that
-    ``load_config`` can say "did you mean".
-    """
+    """Whether ``config`` (a mapping, or an OmegaConf config) holds verl legacy reward keys that
+    :func:`migrate_legacy` would move (see :func:`rewardkit.config.looks_legacy`)."""
     try:
         data = config if isinstance(config, dict) else _plain(config, "")
     except ConfigError:
         return False
-    if not isinstance(data, dict):
-        return False
-    if "reward" in data:
-        return any(_has_value(data.get(s)) for s in LEGACY_SECTIONS)
-    rm = data.get("reward_model")
-    if isinstance(rm, Mapping):
-        from rewardkit.config import RewardModelConfig
-
-        if any(k in _LEGACY_RM_KEYS and k not in RewardModelConfig.model_fields for k in rm):
-            return True
-        rollout = rm.get("rollout")
-        if isinstance(rollout, Mapping) and any(k in _VERL_ONLY_ROLLOUT for k in rollout):
-            return True
-    present = any(isinstance(data.get(s), Mapping) for s in LEGACY_SECTIONS)
-    return present and not set(data) <= _reward_fields()
-
-
-def _has_value(node: Any) -> bool:
-    if isinstance(node, Mapping):
-        return any(_has_value(v) for v in node.values())
-    return node is not None
+    return looks_legacy(data)
 
 
 def _is_unwrapped_new(data: dict[str, Any]) -> bool:

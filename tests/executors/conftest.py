@@ -90,7 +90,7 @@ SCORERS = textwrap.dedent(
     async def one_slot(response, extra_info):
         # waits its turn for a single sandbox-like slot, then works 0.25 s
         global _ONE_SLOT
-        from rewardkit.scorers.sandbox import Limiter
+        from rewardkit.runtime.limits import Limiter
 
         if _ONE_SLOT is None:
             _ONE_SLOT = Limiter(1)

@@ -36,6 +36,7 @@ from rewardkit.batch import Sample
 from rewardkit.config import RewardModelConfig
 from rewardkit.errors import ConfigError
 from rewardkit.result import SampleResult
+from rewardkit.runtime.dedup import unique_slots
 
 
 class GenerativeSettings(HTTPSettings):
@@ -267,10 +268,8 @@ class GenerativeRM(HTTPBackend):
                     "error", f"cannot build the judge request: {type(e).__name__}: {e}"
                 )
 
-        unique: dict[str, _Job] = {}
-        for j in jobs:
-            if j is not None:
-                unique.setdefault(j.slot, j)
+        live = [j for j in jobs if j is not None]
+        unique = {j.slot: j for j in unique_slots(live, key=lambda j: j.slot)[0]}
         n_jobs = sum(j is not None for j in jobs)
         answers: dict[str, _Answer] = {}
         cache = self.cache

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rewardkit.backends.base import RMBackend
 from rewardkit.errors import ConfigError
-from rewardkit.ray.limiter import judge_slot
+from rewardkit.runtime.budget import judge_slot
 
 if TYPE_CHECKING:
     from rewardkit.config import RewardModelConfig

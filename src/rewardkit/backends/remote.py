@@ -30,6 +30,7 @@ from rewardkit.batch import Sample
 from rewardkit.config import RewardModelConfig
 from rewardkit.errors import ConfigError
 from rewardkit.result import SampleResult
+from rewardkit.runtime.dedup import unique_slots
 
 
 class RemoteSettings(HTTPSettings):
@@ -128,18 +129,7 @@ class RemoteRM(HTTPBackend):
         start = time.monotonic()
         deadline = None if s.deadline_s is None else start + s.deadline_s
         items = [self._item(x) for x in samples]
-        slot: list[int] = []
-        unique: list[tuple[str, str, str]] = []
-        first: dict[tuple[str, str, str], int] = {}
-        for i, it in enumerate(items):
-            if not s.dedup:
-                slot.append(i)
-                unique.append(it)
-                continue
-            if it not in first:
-                first[it] = len(unique)
-                unique.append(it)
-            slot.append(first[it])
+        unique, slot = unique_slots(items, enabled=s.dedup)
         self.metrics_.add(dedup_saved=len(items) - len(unique))
         chunks = [unique[i : i + s.batch_size] for i in range(0, len(unique), s.batch_size)]
         outcomes = await gather_with_deadline([self._post(c, deadline) for c in chunks], s.deadline_s)

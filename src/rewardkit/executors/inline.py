@@ -34,7 +34,7 @@ class InlineExecutor(Executor):
                 except asyncio.CancelledError as e:  # raised by the scorer: nothing cancels this thread
                     results[i] = error_result(e)
 
-        from rewardkit.scorers.sandbox import wait_for_unqueued
+        from rewardkit.runtime.deadlines import wait_for_unqueued
 
         sem = asyncio.Semaphore(self.config.max_concurrency)
         timeout = self.config.timeout_s

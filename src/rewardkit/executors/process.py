@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from rewardkit.batch import Sample
 from rewardkit.executors.base import Executor, ScoreTask
 from rewardkit.result import SampleResult
+from rewardkit.runtime.worker import in_worker, mark_worker  # noqa: F401 - in_worker: public here too
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class _WorkerLoop:
         self.send(("results", chunk_id, out, (time.process_time() - cpu) / max(1, len(items))))
 
     async def run_async(self, chunk_id: int, items: list) -> None:
-        from rewardkit.scorers.sandbox import LeftRunning, wait_for_unqueued
+        from rewardkit.runtime.deadlines import LeftRunning, wait_for_unqueued
 
         sem = asyncio.Semaphore(self.concurrency)
         out: list[tuple[int, SampleResult]] = []
@@ -254,21 +255,11 @@ def _sendable(msg: tuple) -> tuple:
     return (kind, chunk_id, clean, busy)
 
 
-_in_worker = False
-
-
-def in_worker() -> bool:
-    """Whether this process is a ``process`` executor worker, where blocking the event loop is safe
-    (the parent's deadline kills a blocked worker) and moving work to a thread would escape it."""
-    return _in_worker
-
-
 def _worker_main(
     conn, state, max_input_chars, timeout_s, concurrency, memory_limit_mb, start_method, environ=None
 ) -> None:
     """Entry point of a worker process."""
-    global _in_worker
-    _in_worker = True
+    mark_worker()
     if environ is not None:
         # A forkserver child inherits the fork server's environment, frozen when the first pool
         # started; take the owning process's environment as it is now instead.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rewardkit.errors import SampleError, UnknownNameError
 from rewardkit.executors.base import ScoreTask
 from rewardkit.result import SampleResult
+from rewardkit.runtime.dedup import fan_out, unique_slots
 from rewardkit.scoring import SINGLE_FIELDS, ScorerSpec, load_function, signature_of
 
 if TYPE_CHECKING:
@@ -122,22 +123,9 @@ async def run_tasks(context: ManagerContext, tasks: Sequence[ScoreTask]) -> list
     """Run scorer tasks through the executor, scoring identical calls once when ``dedup`` is on."""
     if not context.config.dedup or len(tasks) < 2:
         return await context.executor.run(tasks)
-    first: dict[tuple, int] = {}
-    unique: list[ScoreTask] = []
-    slot: list[int] = []
-    for t in tasks:
-        k = dedup_key(t.spec, t.sample)
-        if k not in first:
-            first[k] = len(unique)
-            unique.append(t)
-        slot.append(first[k])
+    unique, slots = unique_slots(tasks, key=lambda t: dedup_key(t.spec, t.sample))
     results = await context.executor.run(unique)
-    out = []
-    handed_out: set[int] = set()
-    for s in slot:  # the first sample of a group gets the result, its duplicates get copies
-        out.append(_copy(results[s]) if s in handed_out else results[s])
-        handed_out.add(s)
-    return out
+    return fan_out(results, slots, copy=_copy)  # duplicates get copies of the first one's result
 
 
 def _copy(r: SampleResult) -> SampleResult:

@@ -10,6 +10,7 @@ from rewardkit.batch import Sample
 from rewardkit.errors import ConfigError
 from rewardkit.managers.base import ManagerContext, RewardManager, freeze
 from rewardkit.result import SampleResult
+from rewardkit.runtime.dedup import fan_out, unique_slots
 from rewardkit.scoring import BATCH_FIELDS, ScorerSpec, signature_of
 
 #: Options of the batch manager (``reward_manager.kwargs``).
@@ -90,24 +91,10 @@ class BatchRewardManager(RewardManager):
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         if not self.dedup or len(samples) < 2:
             return list(await self.context.executor.run_batch(self.spec, samples))
-        first: dict[tuple, int] = {}
-        unique: list[Sample] = []
-        slot = []
-        for s in samples:
-            k = self._key(s)
-            if k not in first:
-                first[k] = len(unique)
-                unique.append(s)
-            slot.append(first[k])
+        unique, slots = unique_slots(samples, key=self._key)
         results = await self.context.executor.run_batch(self.spec, unique)
-        seen: set[int] = set()
-        out: list[SampleResult | None] = []
-        for s in slot:
-            r = results[s]
-            out.append(
-                r
-                if s not in seen
-                else dataclasses.replace(r, extra=dict(r.extra), components=dict(r.components))
-            )
-            seen.add(s)
-        return out
+        return fan_out(
+            list(results),
+            slots,
+            copy=lambda r: dataclasses.replace(r, extra=dict(r.extra), components=dict(r.components)),
+        )

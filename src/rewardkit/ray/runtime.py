@@ -1,20 +1,27 @@
-"""Ray plumbing shared by the manager and the executor: connecting, a private event loop, and
-carrying exceptions across the process boundary with their type intact.
+"""Ray plumbing shared by the manager and the executor: connecting, and carrying exceptions across
+the process boundary with their type intact (the private event loop is :class:`~rewardkit.runtime.loop.LoopThread`).
 
 Nothing here imports ray at module import time.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 import traceback
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from rewardkit.runtime.loop import LoopThread
+
+__all__ = [
+    "NAMESPACE",
+    "LoopThread",
+    "PackedError",
+    "RemoteTraceback",
+    "close_and_kill",
+    "crash_errors",
+    "ensure_ray",
+    "pack_error",
+]
 
 #: Namespace of the named actors rewardkit creates (limiters).
 NAMESPACE = "rewardkit"
@@ -65,38 +72,6 @@ def crash_errors() -> tuple[type[BaseException], ...]:
         rx.RaySystemError,
         rx.ActorUnschedulableError,
     )
-
-
-class LoopThread:
-    """An event loop on a daemon thread: Ray bookkeeping lives on one loop whatever thread calls in."""
-
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop; a thread-safe future of its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for it (from any other thread)."""
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("LoopThread.run() called from its own loop; await the coroutine instead")
-        return self.submit(coro).result()
-
-    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and await it from another event loop."""
-        return await asyncio.wrap_future(self.submit(coro))
-
-    def stop(self) -> None:
-        """Stop the loop and its thread (idempotent)."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self.loop.close()
 
 
 class RemoteTraceback(Exception):

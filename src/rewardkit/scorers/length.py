@@ -43,8 +43,8 @@ def response_length(response: str, sample: Sample | None, unit: str = "auto") ->
 
 
 async def _is_correct(sample: Sample, base: str | None) -> bool | None:
-    from rewardkit.executors.process import in_worker
     from rewardkit.plugins import get_registries
+    from rewardkit.runtime.worker import in_worker
     from rewardkit.scoring import ainvoke, invoke, signature_of
 
     scorers = get_registries().scorers

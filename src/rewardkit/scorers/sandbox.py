@@ -21,9 +21,7 @@ in a remote sandbox (SandboxFusion) or a VM.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import contextvars
 import json
 import os
 import random
@@ -35,9 +33,10 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from rewardkit.runtime.limits import Limiter
 
 #: Where the launcher's own failures are reported (exit status), so they are not mistaken for the program's.
 LAUNCH_FAILED = 97
@@ -130,144 +129,6 @@ class RunResult:
         last = next((ln for ln in reversed(self.stderr.strip().splitlines()) if ln.strip()), "")
         msg = f"exit code {rc}" + (f": {last.strip()}" if last else "")
         return msg if len(msg) <= limit else msg[: limit - 1] + "…"
-
-
-class _QueueClock:
-    """Time a scorer call has spent queued for a :class:`Limiter` slot (overlapping waits count once)."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self.waiting = 0
-        self.since = 0.0
-
-    def enter(self) -> None:
-        if self.waiting == 0:
-            self.since = time.monotonic()
-        self.waiting += 1
-
-    def leave(self) -> None:
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.total += time.monotonic() - self.since
-
-    def queued(self) -> float:
-        return self.total + (time.monotonic() - self.since if self.waiting else 0.0)
-
-
-_queue_clock: contextvars.ContextVar[_QueueClock | None] = contextvars.ContextVar(
-    "rewardkit_queue_clock", default=None
-)
-
-
-async def wait_for_unqueued(make: Callable[[], Awaitable[Any]], timeout: float | None) -> Any:
-    """Await ``make()`` under a deadline of ``timeout`` seconds that does not count the time it spends
-    queued for a sandbox slot (:class:`Limiter`); raise :class:`asyncio.TimeoutError` past it.
-
-    Executors use it for per-sample deadlines: with many code samples in flight, a sample waiting
-    its turn for one of the few sandboxes has not hung, and must not fail with ``timeout``.
-    """
-    if timeout is None:
-        return await make()
-    clock = _QueueClock()
-    token = _queue_clock.set(clock)
-    try:
-        task = asyncio.ensure_future(make())  # runs in a copy of this context: it sees the clock
-    finally:
-        _queue_clock.reset(token)
-    start = time.monotonic()
-    try:
-        while True:
-            left = start + timeout + clock.queued() - time.monotonic()
-            if left <= 0 and not clock.waiting:
-                break
-            await asyncio.wait({task}, timeout=max(left, 0.05))
-            if task.done():
-                return task.result()
-    except BaseException:
-        task.cancel()
-        raise
-    task.cancel()
-    # A scorer that swallows the cancellation is left behind rather than waited for.
-    await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
-    raise asyncio.TimeoutError if task.done() else LeftRunning
-
-
-_CANCEL_GRACE_S = 1.0
-
-
-class LeftRunning(asyncio.TimeoutError):
-    """The deadline passed and the scorer ignored its cancellation: it is still running."""
-
-
-class Limiter:
-    """At most ``n`` holders at a time across every thread and event loop of this process.
-
-    Time spent waiting for a slot is kept off the deadline of :func:`wait_for_unqueued`.
-    """
-
-    def __init__(self, n: int):
-        self.n = max(1, int(n))
-        self._lock = threading.Lock()
-        self._busy = 0
-        self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = (
-            collections.deque()
-        )
-
-    @property
-    def busy(self) -> int:
-        """Slots in use now."""
-        return self._busy
-
-    async def acquire(self) -> None:
-        """Wait for a slot (first come, first served); time spent queued is excluded from the sample's deadline."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._busy < self.n and not self._waiters:
-                self._busy += 1
-                return
-            fut = loop.create_future()
-            self._waiters.append((loop, fut))
-        clock = _queue_clock.get()
-        if clock is not None:
-            clock.enter()
-        try:
-            await fut
-        except asyncio.CancelledError:
-            with self._lock:
-                if (loop, fut) in self._waiters:
-                    self._waiters.remove((loop, fut))
-                    raise
-            # We were granted a slot while being cancelled: hand it on.
-            self.release()
-            raise
-        finally:
-            if clock is not None:
-                clock.leave()
-
-    def release(self) -> None:
-        """Give a slot back, handing it straight to the longest waiter if any."""
-        with self._lock:
-            while self._waiters:
-                loop, fut = self._waiters.popleft()
-                if loop.is_closed():
-                    continue
-                loop.call_soon_threadsafe(_grant, fut)
-                return  # the slot passes to the waiter; _busy is unchanged
-            self._busy -= 1
-
-    @contextlib.asynccontextmanager
-    async def hold(self):
-        """``async with limiter.hold():`` holds one slot for the block."""
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
-
-
-def _grant(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 #: Local sandboxed processes in flight per rewardkit process.

@@ -13,7 +13,8 @@ import os
 import threading
 from typing import Any
 
-from rewardkit.scorers.sandbox import Limiter, RunResult
+from rewardkit.runtime.limits import Limiter
+from rewardkit.scorers.sandbox import RunResult
 
 _limiters: dict[tuple[str, int], Limiter] = {}
 _limiters_lock = threading.Lock()
