@@ -302,3 +302,65 @@ def test_naive_manager_calls_a_routed_batch_scorer_once_and_keeps_order(
     r = rewardkit.compute(samples, {"executor": executor, "num_workers": 1})
     assert r.scores == [3.0, 1.0, 0.0, 0.0, 5.0]
     assert calls.read_text().splitlines() == ["3"]  # one call for the three len/v1 samples
+
+
+LOOP_RM_PLUGIN = """
+import asyncio
+import rewardkit
+from rewardkit.backends.base import RMBackend
+from rewardkit.result import SampleResult
+
+class LoopRM(RMBackend):
+    name = "loop_rm"
+    loops = []
+
+    async def ascore(self, samples):
+        LoopRM.loops.append(asyncio.get_running_loop())
+        return [SampleResult.ok(1.0) for _ in samples]
+
+    async def aclose(self):
+        LoopRM.loops.append(asyncio.get_running_loop())
+        await super().aclose()
+
+@rewardkit.hookimpl
+def register_rm_backends(register):
+    register(LoopRM, name="loop_rm")
+"""
+
+
+def test_compute_and_acompute_share_the_engines_one_loop(site):
+    # The HTTP backends keep sessions bound to a loop: every call into the backend, sync or async,
+    # from any caller's loop, must run on the engine's own loop (and close there too).
+    make_dist(site, "rk-looprm", "0.1", "looprm", "rkt_looprm", LOOP_RM_PLUGIN)
+    config = {"executor": "inline", "reward_model": {"enable": True, "backend": "loop_rm"}}
+    batch = [{"response": "a"}]
+
+    async def from_a_caller_loop(engine):
+        return await engine.acompute(batch), asyncio.get_running_loop()
+
+    with rewardkit.RewardEngine(config) as engine:
+        assert engine.compute(batch).scores == [1.0]
+        r1, caller1 = asyncio.run(from_a_caller_loop(engine))
+        r2, caller2 = asyncio.run(from_a_caller_loop(engine))
+        assert r1.scores == r2.scores == [1.0]
+        loops = type(engine.backend).loops
+    assert len(loops) == 4  # three batches and the close
+    assert len({id(lp) for lp in loops}) == 1
+    assert loops[0] is not caller1 and loops[0] is not caller2
+
+
+def test_acompute_cancelled_by_the_caller_cancels_the_work_on_the_engine_loop(reward_file):
+    async def cancel_midway(engine):
+        task = asyncio.ensure_future(engine.acompute([{"response": "x"}]))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def others_left():
+        await asyncio.sleep(0.2)
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    with rewardkit.RewardEngine(cfg(reward_file, crf={"name": "hangs"})) as engine:
+        asyncio.run(cancel_midway(engine))
+        assert engine._loop.run(others_left()) == []
