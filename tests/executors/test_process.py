@@ -12,6 +12,7 @@ import time
 import pytest
 
 from rewardkit.batch import Sample
+from rewardkit.errors import ConfigError
 from rewardkit.executors.process import ProcessExecutor
 from rewardkit.scoring import ScorerSpec, load_function
 
@@ -157,21 +158,25 @@ async def test_input_too_large_is_checked_in_workers(make_executor, spec, task):
     assert results[1].score == 1.0
 
 
-async def test_closures_run_in_this_process_with_one_warning(make_executor, spec, task):
+async def test_an_unpicklable_scorer_is_a_config_error_not_a_silent_in_process_run(make_executor, spec, task):
+    # Running a closure in this process would lose the deadline that kills a hung scorer.
     ex = make_executor()
     offset = 0.5
 
     def closure(response):
-        return {"score": offset, "pid": os.getpid()}
+        return {"score": offset}
 
     local = ScorerSpec("closure", closure, None)
-    tasks = [task(local, 0), task(spec("where"), 1), task(local, 2)]
-    with pytest.warns(RuntimeWarning, match="closure"):
-        results = await ex.run(tasks)
-    assert [r.score for r in results] == [0.5, 1.0, 0.5]
-    assert results[0].extra["pid"] == os.getpid() != results[1].extra["pid"]
-    with warnings_as_errors():
-        await ex.run([task(local, 0)])  # warned once only
+    with pytest.raises(ConfigError, match=r"scorer 'closure' cannot run in the process executor") as e:
+        await ex.run([task(spec("where"), 0), task(local, 1)])
+    assert "module-level function" in str(e.value)
+    with pytest.raises(ConfigError, match="'batch_closure'"):
+        await ex.run_batch(
+            ScorerSpec("batch_closure", lambda responses: [offset], None, batch=True),
+            [task(spec("where"), 0).sample],
+        )
+    results = await ex.run([task(spec("where"), 0)])  # the executor is still usable
+    assert results[0].status == "ok"
 
 
 async def test_scorer_that_only_loads_in_the_parent_falls_back(make_executor, parent_only_file, task):

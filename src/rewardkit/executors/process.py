@@ -33,10 +33,11 @@ import pickle
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.batch import Sample
+from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor, ScoreTask
 from rewardkit.executors.process_supervisor import Supervisor, _Chunk, _Job, _Worker
 from rewardkit.result import SampleResult
@@ -120,28 +121,14 @@ class ProcessExecutor(Supervisor, Executor):
     async def run(self, tasks: Sequence[ScoreTask]) -> list[SampleResult]:
         if not tasks:
             return []
-        remote, local = self._split(tasks)
-        results: list[SampleResult | None] = [None] * len(tasks)
-        jobs = []
-        job = None
-        if remote:
-            job = _Job([(tasks[i].spec, tasks[i].sample) for i in remote], self.config.timeout_s)
-            self._plan(job)
-            jobs.append(self._supervise_async(job))
-        if local:
-            jobs.append(self._run_here([tasks[i] for i in local]))
-        done = await asyncio.gather(*jobs)
-        if job is not None and job.fallback:
+        self._check_sendable(t.spec for t in tasks)
+        job = _Job([(t.spec, t.sample) for t in tasks], self.config.timeout_s)
+        self._plan(job)
+        results = await self._supervise_async(job)
+        if job.fallback:
             self._warn_fallback(job)
             back = await self._run_here([ScoreTask(*job.items[i]) for i in job.fallback])
             for i, r in zip(job.fallback, back, strict=True):
-                job.results[i] = r
-        parts = iter(done)
-        if remote:
-            for i, r in zip(remote, next(parts), strict=True):
-                results[i] = r
-        if local:
-            for i, r in zip(local, next(parts), strict=True):
                 results[i] = r
         return results  # type: ignore[return-value]
 
@@ -149,10 +136,11 @@ class ProcessExecutor(Supervisor, Executor):
         """One call of a batch scorer in a worker, bounded by ``batch_timeout_s`` (else ``timeout_s``)."""
         if not samples:
             return []
+        self._check_sendable([spec])
         try:
-            pickle.dumps((spec, list(samples)), pickle.HIGHEST_PROTOCOL)
-        except Exception as e:  # noqa: BLE001
-            self._warn_once(spec.name, f"cannot be sent to a worker process ({e})")
+            pickle.dumps(list(samples), pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - the samples, not the scorer, do not pickle
+            self._warn_once(spec.name, f"gets samples that cannot be sent to a worker process ({e})")
             return await asyncio.to_thread(invoke_batch, spec, samples)
         limit = self.config.batch_timeout_s or self.config.timeout_s
         job = _Job([(spec, s) for s in samples], limit)
@@ -189,22 +177,23 @@ class ProcessExecutor(Supervisor, Executor):
         return [w.process.pid for w in self._workers if w.process.pid is not None]
 
     # -- planning ----------------------------------------------------------------------------------
-    def _split(self, tasks: Sequence[ScoreTask]) -> tuple[list[int], list[int]]:
-        """Indices that can go to workers, and those whose scorer cannot be pickled."""
-        sendable: dict[int, bool] = {}
-        remote, local = [], []
-        for i, t in enumerate(tasks):
-            ok = sendable.get(id(t.spec))
-            if ok is None:
-                try:
-                    pickle.dumps(t.spec, pickle.HIGHEST_PROTOCOL)
-                    ok = True
-                except Exception as e:  # noqa: BLE001 - closures, lambdas, unpicklable kwargs
-                    ok = False
-                    self._warn_once(t.spec.name, f"cannot be sent to a worker process ({e})")
-                sendable[id(t.spec)] = ok
-            (remote if ok else local).append(i)
-        return remote, local
+    def _check_sendable(self, specs: Iterable[ScorerSpec]) -> None:
+        """Raise :class:`ConfigError` for a scorer that cannot be pickled to a worker: running it here
+        instead would lose the deadline that can stop it."""
+        seen: set[int] = set()
+        for spec in specs:
+            if id(spec) in seen:
+                continue
+            seen.add(id(spec))
+            try:
+                pickle.dumps(spec, pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 - closures, lambdas, unpicklable kwargs
+                raise ConfigError(
+                    f"scorer {spec.name!r} cannot run in the process executor: it cannot be sent to a "
+                    f"worker process ({type(e).__name__}: {e}). Define it as a module-level function "
+                    "(in a module or a reward file) with picklable keyword arguments, or use "
+                    "executor: inline (no deadline that can stop a hung scorer)."
+                ) from e
 
     def _plan(self, job: _Job) -> None:
         sync = [i for i, (spec, _) in enumerate(job.items) if not signature_of(spec.fn).is_async]
