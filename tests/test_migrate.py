@@ -941,15 +941,28 @@ def test_load_config_did_you_mean_below_optional_and_list_fields(section, hint):
 
 
 @pytest.mark.parametrize(
-    "name", ["dapo_recipe_old.yaml", "dapo_reward_kwargs.yaml", "gsm8k_fsdp_rm.yaml", "rewardkit_new.yaml"]
+    ("name", "manager", "backend"),
+    [
+        ("dapo_recipe_old.yaml", "DAPORewardManager", None),
+        ("dapo_reward_kwargs.yaml", "DAPORewardManager", None),
+        ("gsm8k_fsdp_rm.yaml", "NaiveRewardManager", "DiscriminativeRM"),
+        ("rewardkit_new.yaml", "NaiveRewardManager", None),
+    ],
 )
-def test_migrated_fixture_builds_an_engine(name):
+def test_migrated_fixture_builds_an_engine(name, manager, backend):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LegacyConfigWarning)
         cfg, _ = migrate_legacy(LEGACY / name)
     cfg["reward"]["executor"] = "inline"
     engine = rewardkit.RewardEngine(cfg)  # resolves manager, backend and executor names
-    engine.close()
+    try:
+        assert engine._manager_cls.__name__ == manager
+        assert engine._executor_cls.__name__ == "InlineExecutor"
+        assert engine.config.reward_model.enable is (backend is not None)
+        if backend is not None:
+            assert engine._backend_cls.__name__ == backend
+    finally:
+        engine.close()
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rewardkit.errors import ConfigError, SampleError, UnknownNameError
-from rewardkit.ray.limiter import JudgeLimiter, judge_slot
+from rewardkit.ray.limiter import JudgeLimiter, get_limiter, judge_slot
 from rewardkit.ray.runtime import PackedError, RemoteTraceback, pack_error
 from rewardkit.ray.sharding import Shard, split_contiguous
 from rewardkit.ray.worker import RewardLoopWorker
@@ -104,10 +106,27 @@ async def test_limiter_token_bucket_paces_requests():
 
 
 async def test_judge_slot_without_limiter_is_a_noop():
-    async with judge_slot():
-        pass
-    with judge_slot():
-        pass
+    assert get_limiter() is None
+    async with judge_slot() as slot:
+        assert slot._lease is None
+    with judge_slot() as slot:
+        assert slot._lease is None
+    # ... and costs no import of Ray (a fresh interpreter: this one has Ray loaded already)
+    code = (
+        "import asyncio, sys\n"
+        "from rewardkit.backends import http\n"
+        "from rewardkit.runtime.budget import judge_slot\n"
+        "async def main():\n"
+        "    async with judge_slot():\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+        "with judge_slot():\n"
+        "    pass\n"
+        "print('ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 async def test_worker_in_process_scores_and_packs_errors(crf):

@@ -167,8 +167,9 @@ def test_remote_settings_validation():
 
 async def test_remote_backend_against_rewardkit_serve(tmp_path, make_remote):
     """Interop: the remote backend as OpenRLHF's client, ``rewardkit serve`` as the reward server."""
-    server_mod = pytest.importorskip("rewardkit.server")
     from aiohttp import web
+
+    from rewardkit import server as server_mod
 
     crf = tmp_path / "crf.py"
     crf.write_text(
