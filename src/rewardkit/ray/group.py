@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardkit.ray.dispatch import Send, WorkerPool, dispatch
-from rewardkit.ray.runtime import LoopThread, close_and_kill, ensure_ray
+from rewardkit.ray.runtime import close_and_kill, ensure_ray
 from rewardkit.ray.sharding import Shard
+from rewardkit.runtime.loop import LoopThread
 
 if TYPE_CHECKING:
     from rewardkit.config import RewardConfig

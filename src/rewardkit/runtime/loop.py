@@ -26,6 +26,7 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for it (from any other thread)."""
         if threading.current_thread() is self._thread:
+            coro.close()  # never to run: no "was never awaited" warning on top of the error
             raise RuntimeError("LoopThread.run() called from its own loop; await the coroutine instead")
         return self.submit(coro).result()
 
