@@ -47,13 +47,17 @@ def hook_sections() -> dict[str, str]:
 
 def test_hookspecs_has_exactly_the_documented_hooks():
     # Adding or removing a hook is a change of the plugin contract: update HOOK_KINDS and hooks.md with it.
-    assert hook_names() == sorted(HOOK_KINDS) == [
-        "register_commands",
-        "register_executors",
-        "register_reward_managers",
-        "register_rm_backends",
-        "register_scorers",
-    ]
+    assert (
+        hook_names()
+        == sorted(HOOK_KINDS)
+        == [
+            "register_commands",
+            "register_executors",
+            "register_reward_managers",
+            "register_rm_backends",
+            "register_scorers",
+        ]
+    )
 
 
 @pytest.mark.parametrize("hook", hook_names())
