@@ -125,8 +125,8 @@ class ServerGroup:
             for r in self.replicas:
                 if r.alive() or r.index in self.failed:
                     continue
-                if r.restarts >= self.config.max_restarts:
-                    self.failed[r.index] = f"died {r.restarts + 1} times; last log:\n{r.log_tail(10)}"
+                if r.restart_attempts >= self.config.max_restarts:
+                    self.failed[r.index] = f"died {r.restart_attempts + 1} times; last log:\n{r.log_tail(10)}"
                     continue
                 try:
                     r.restart()
@@ -134,7 +134,7 @@ class ServerGroup:
                         r.sleep()
                     restarted += 1
                 except Exception as e:  # noqa: BLE001 - tried again on the next round
-                    if r.restarts >= self.config.max_restarts:
+                    if r.restart_attempts >= self.config.max_restarts:
                         self.failed[r.index] = str(e)
         return restarted
 

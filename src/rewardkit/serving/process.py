@@ -81,7 +81,8 @@ class ProcessReplica:
         self.extra_env = dict(env or {})
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
-        self.restarts = 0
+        self.restarts = 0  # successful restarts
+        self.restart_attempts = 0
         self.asleep = False
         self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="rewardkit-server-"))
         self.log_path = self._log_dir / f"replica{index}.log"
@@ -184,8 +185,9 @@ class ProcessReplica:
     def restart(self) -> None:
         """Stop what is left of the process and start it again on the same port."""
         self.stop(timeout=2.0)
-        self.restarts += 1
+        self.restart_attempts += 1
         self.start()
+        self.restarts += 1
 
     # -- protocol --------------------------------------------------------------------------------
     def call(self, call: Call | None) -> float:
