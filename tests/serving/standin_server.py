@@ -127,7 +127,8 @@ def main() -> None:
         return web.json_response({"object": "list", "data": [{"id": a.model, "object": "model"}]})
 
     async def stats(_):
-        return web.json_response({"pid": os.getpid(), "port": a.port, **state})
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return web.json_response({"pid": os.getpid(), "port": a.port, "cuda_visible_devices": cvd, **state})
 
     app = web.Application()
     app.add_routes(

@@ -10,7 +10,7 @@ import os
 import signal
 
 import pytest
-from conftest import gone, standin_server, stats, wait_for
+from standin_helpers import gone, standin_server, stats, wait_for
 
 from rewardkit.config import ServerConfig, load_config
 from rewardkit.errors import ConfigError, UnknownNameError

@@ -7,7 +7,7 @@ import signal
 import warnings
 
 import pytest
-from conftest import gone, standin_server, stats, wait_for
+from standin_helpers import gone, standin_server, stats, wait_for
 from standin_server import score_of
 
 from rewardkit import RewardEngine

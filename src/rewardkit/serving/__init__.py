@@ -41,6 +41,7 @@ def start_servers(
     use_ray: bool = False,
     placement_group: Any = None,
     bundle_indices: list[int] | None = None,
+    plugins: dict[str, Any] | None = None,
 ) -> Any:
     """Start ``rm.server``'s replicas and wait until all are healthy; colocated ones are then put to sleep.
 
@@ -53,7 +54,9 @@ def start_servers(
     if use_ray:
         from rewardkit.serving.ray_group import RayServerGroup
 
-        group: Any = RayServerGroup(rm, placement_group=placement_group, bundle_indices=bundle_indices)
+        group: Any = RayServerGroup(
+            rm, placement_group=placement_group, bundle_indices=bundle_indices, plugins=plugins
+        )
     else:
         from rewardkit.serving.group import ServerGroup
 

@@ -177,11 +177,12 @@ class RayServerGroup:
 
     def metrics(self) -> dict[str, float]:
         """``replicas``, ``restarts`` and the last wake/sleep seconds per replica."""
+        out = {"replicas": float(len(self.actors)), **self.timings}
         try:
-            restarts = float(self.restarts())
-        except Exception:  # noqa: BLE001 - a dead actor
-            restarts = float("nan")
-        return {"replicas": float(len(self.actors)), "restarts": restarts, **self.timings}
+            out["restarts"] = float(self.restarts())
+        except Exception:  # noqa: BLE001 - a dead actor: no count rather than a made-up one
+            pass
+        return out
 
     def close(self) -> None:
         """Stop every server process, kill the actors, remove the group's own placement group (idempotent)."""
