@@ -231,7 +231,10 @@ def test_served_rm_with_custom_function_is_generative():
     assert config.custom_reward_function.reward_kwargs == {"correct_reward": 1.0, "incorrect_reward": -1.0}
     assert any("backend='generative'" in m and "reward_router_address" in m for m in messages)
     assert not any(m.startswith("not carried: reward_model.rollout.name") for m in messages)
-    assert any(m.startswith("not carried: reward_model.rollout.prompt_length=4096: a generation setting") for m in messages)
+    assert any(
+        m.startswith("not carried: reward_model.rollout.prompt_length=4096: a generation setting")
+        for m in messages
+    )
 
 
 def test_verl_rollout_and_resource_pool_keys_become_the_server_section():
@@ -241,9 +244,17 @@ def test_verl_rollout_and_resource_pool_keys_become_the_server_section():
     cfg, messages, _ = _migrate(LEGACY / "reward_loop_genrm.yaml")
     rm = load_config(cfg).reward_model
     s = rm.server
-    assert (s.engine, s.gpus_per_replica, s.replicas, s.placement) == ("vllm", 2.0, 2, "standalone")  # 4 GPUs / tp 2
+    assert (s.engine, s.gpus_per_replica, s.replicas, s.placement) == (
+        "vllm",
+        2.0,
+        2,
+        "standalone",
+    )  # 4 GPUs / tp 2
     assert s.engine_args == {"dtype": "bfloat16", "gpu_memory_utilization": 0.8, "enable_sleep_mode": True}
-    assert "moved reward_model.rollout.gpu_memory_utilization → reward.reward_model.server.engine_args.gpu_memory_utilization" in messages
+    assert (
+        "moved reward_model.rollout.gpu_memory_utilization → reward.reward_model.server.engine_args.gpu_memory_utilization"
+        in messages
+    )
     argv = make_launcher(rm).command("127.0.0.1", 8000, rm.model_path)
     assert argv[:3] == ["vllm", "serve", "dyyyyyyyy/FAPO-GenRM-4B"]
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
@@ -258,8 +269,14 @@ def test_a_served_classifier_in_verls_new_layout_is_colocated_sglang():
                     "enable": True,
                     "model_path": "Skywork/RM",
                     "n_gpus_per_node": 8,
-                    "rollout": {"name": "sglang", "gpu_memory_utilization": 0.4, "tensor_model_parallel_size": 1,
-                                "max_model_len": 8192, "enable_prefix_caching": False, "temperature": 0.7},
+                    "rollout": {
+                        "name": "sglang",
+                        "gpu_memory_utilization": 0.4,
+                        "tensor_model_parallel_size": 1,
+                        "max_model_len": 8192,
+                        "enable_prefix_caching": False,
+                        "temperature": 0.7,
+                    },
                 }
             }
         }
@@ -274,15 +291,25 @@ def test_a_served_classifier_in_verls_new_layout_is_colocated_sglang():
 
 def test_a_legacy_served_classifier_gets_the_served_backend():
     cfg, messages, _ = _migrate(
-        {"reward_model": {"enable": True, "model": {"path": "RM"}, "rollout": {"name": "vllm", "tensor_model_parallel_size": 1}}}
+        {
+            "reward_model": {
+                "enable": True,
+                "model": {"path": "RM"},
+                "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
+            }
+        }
     )
     rm = load_config(cfg).reward_model
-    assert rm.backend == "served-classifier" and rm.server.engine == "vllm" and rm.server.gpus_per_replica == 1.0
+    assert (
+        rm.backend == "served-classifier" and rm.server.engine == "vllm" and rm.server.gpus_per_replica == 1.0
+    )
     assert any("backend='served-classifier'" in m for m in messages)
 
 
 def test_an_engine_without_a_preset_is_not_carried():
-    cfg, messages, _ = _migrate({"reward_model": {"enable": True, "model": {"path": "RM"}, "rollout": {"name": "trtllm"}}})
+    cfg, messages, _ = _migrate(
+        {"reward_model": {"enable": True, "model": {"path": "RM"}, "rollout": {"name": "trtllm"}}}
+    )
     assert "server" not in cfg["reward"]["reward_model"]
     assert any("'trtllm': rewardkit has no launcher preset" in m for m in messages)
 

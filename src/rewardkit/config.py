@@ -101,11 +101,16 @@ class ServerConfig(_Model):
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment of the server processes")
     host: str = Field("127.0.0.1", description="address the servers bind")
-    startup_timeout_s: float = Field(600.0, gt=0, description="deadline for a replica to answer its health check")
-    placement: Literal["colocated", "standalone"] | None = Field(
-        None, description="colocated (trainer's GPUs) | standalone (own GPUs); default from enable_resource_pool"
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="deadline for a replica to answer its health check"
     )
-    sleep_level: int = Field(1, ge=1, le=2, description="vLLM sleep level: 1 offloads weights, 2 discards them")
+    placement: Literal["colocated", "standalone"] | None = Field(
+        None,
+        description="colocated (trainer's GPUs) | standalone (own GPUs); default from enable_resource_pool",
+    )
+    sleep_level: int = Field(
+        1, ge=1, le=2, description="vLLM sleep level: 1 offloads weights, 2 discards them"
+    )
     when_asleep: Literal["wake", "fail"] = Field(
         "wake", description="scoring while asleep: wake the servers first, or raise ServersAsleepError"
     )

@@ -773,7 +773,11 @@ class _Migrator:
         pool = bool(rm.get("enable_resource_pool"))
         total = int(rm.get("n_gpus_per_node") or 0) * max(int(rm.get("nnodes") or 0), 1)
         if pool and total:
-            self.put(("reward_model", "server", "replicas"), max(1, total // gpus), "n_gpus_per_node × nnodes / gpus")
+            self.put(
+                ("reward_model", "server", "replicas"),
+                max(1, total // gpus),
+                "n_gpus_per_node × nnodes / gpus",
+            )
         elif not pool:
             self.note(
                 "reward.reward_model.server.replicas is 1: verl sized a colocated reward model by the "
@@ -794,7 +798,9 @@ class _Migrator:
         kwargs = values.get("engine_kwargs")
         if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
             for k, v in kwargs[engine].items():
-                self.put(("reward_model", "server", "engine_args", k), v, f"{olds['engine_kwargs']}.{engine}.{k}")
+                self.put(
+                    ("reward_model", "server", "engine_args", k), v, f"{olds['engine_kwargs']}.{engine}.{k}"
+                )
         if values.get("free_cache_engine") is False:
             self.note(
                 f"not carried: {olds['free_cache_engine']}=False: rewardkit puts colocated servers to sleep "

@@ -53,4 +53,3 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
-

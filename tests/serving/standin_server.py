@@ -90,9 +90,17 @@ def main() -> None:
                 "object": "chat.completion",
                 "model": body.get("model"),
                 "choices": [
-                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": f"Score: {value}"}}
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": f"Score: {value}"},
+                    }
                 ],
-                "usage": {"prompt_tokens": len(text) // 4, "completion_tokens": 3, "total_tokens": len(text) // 4 + 3},
+                "usage": {
+                    "prompt_tokens": len(text) // 4,
+                    "completion_tokens": 3,
+                    "total_tokens": len(text) // 4 + 3,
+                },
             }
         )
 
@@ -112,7 +120,10 @@ def main() -> None:
         if refused is not None:
             return refused
         texts = inputs(body)
-        data = [{"index": i, "label": "LABEL_0", "probs": [score_of(t)], "num_classes": 1} for i, t in enumerate(texts)]
+        data = [
+            {"index": i, "label": "LABEL_0", "probs": [score_of(t)], "num_classes": 1}
+            for i, t in enumerate(texts)
+        ]
         return web.json_response({"object": "list", "model": body.get("model"), "data": data, "usage": {}})
 
     async def pooling(request):

@@ -18,13 +18,15 @@ from rewardkit.hookspecs import hookimpl
 from rewardkit.plugins import get_registries
 from rewardkit.serving import make_launcher, start_servers
 from rewardkit.serving.group import ServerGroup
-from rewardkit.serving.launcher import SGLangLauncher, ServerLauncher, VLLMLauncher, engine_flags
+from rewardkit.serving.launcher import ServerLauncher, SGLangLauncher, VLLMLauncher, engine_flags
 from rewardkit.serving.process import ServerStartError
 from rewardkit.testing import check_plugin
 
 
 def rm_config(server: dict, **rm):
-    return load_config({"reward_model": {"enable": True, "backend": "served-classifier", "server": server, **rm}}).reward_model
+    return load_config(
+        {"reward_model": {"enable": True, "backend": "served-classifier", "server": server, **rm}}
+    ).reward_model
 
 
 # -- presets and plugins -------------------------------------------------------------------------
@@ -43,7 +45,9 @@ def test_unknown_engine_names_the_known_ones():
 
 
 def test_vllm_preset_command_line_and_protocol():
-    cfg = ServerConfig(gpus_per_replica=2, engine_args={"max_model_len": 4096, "enforce_eager": True, "seed": None})
+    cfg = ServerConfig(
+        gpus_per_replica=2, engine_args={"max_model_len": 4096, "enforce_eager": True, "seed": None}
+    )
     launcher = VLLMLauncher(cfg)
     argv = launcher.command("127.0.0.1", 8123, "/models/rm")
     assert argv[:3] == ["vllm", "serve", "/models/rm"]
@@ -100,7 +104,9 @@ def test_a_third_party_launcher_is_an_ordinary_plugin():
 
 
 def test_server_config_names_and_placement_default():
-    rm = rm_config({"engine": "sglang", "model_path": "m", "replicas": 3, "gpus_per_replica": 2, "command": "x"})
+    rm = rm_config(
+        {"engine": "sglang", "model_path": "m", "replicas": 3, "gpus_per_replica": 2, "command": "x"}
+    )
     assert (rm.server.engine, rm.server.replicas, rm.server.gpus_per_replica) == ("sglang", 3, 2.0)
     assert rm.server_placement == "colocated"  # verl: no resource pool of its own
     assert rm_config({"model_path": "m"}, enable_resource_pool=True).server_placement == "standalone"

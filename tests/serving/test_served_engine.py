@@ -104,7 +104,9 @@ def test_a_crashing_server_fails_its_samples_typed_never_silently(samples):
 
 
 def test_generative_judge_uses_the_launched_replicas(samples):
-    cfg = engine_config(standin_server(replicas=2, placement="standalone"), backend="generative", template="rubric")
+    cfg = engine_config(
+        standin_server(replicas=2, placement="standalone"), backend="generative", template="rubric"
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with RewardEngine(cfg) as engine:

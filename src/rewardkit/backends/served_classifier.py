@@ -113,7 +113,9 @@ class ServedClassifierRM(RMBackend):
         )
         self.model = self.settings.model or config.model_path
         if not self.model:
-            raise ConfigError("served-classifier: set reward_model.rollout.model (or reward_model.model_path)")
+            raise ConfigError(
+                "served-classifier: set reward_model.rollout.model (or reward_model.model_path)"
+            )
         self.urls = list(self.settings.base_url)
         self.inflight = [0] * len(self.urls)
         self.down_until = [0.0] * len(self.urls)
@@ -216,7 +218,9 @@ class ServedClassifierRM(RMBackend):
             try:
                 good.append((pos, *self.encode(sample)))
             except Exception as e:  # noqa: BLE001 - this sample fails, the others go on
-                results[pos] = SampleResult.failed("error", f"could not render or tokenize: {type(e).__name__}: {e}")
+                results[pos] = SampleResult.failed(
+                    "error", f"could not render or tokenize: {type(e).__name__}: {e}"
+                )
         batches = pack_batches([g[2] for g in good], self.settings.token_budget, self.settings.max_batch_size)
         limit = asyncio.Semaphore(self.settings.max_in_flight)
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
@@ -233,7 +237,9 @@ class ServedClassifierRM(RMBackend):
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
-    async def _score_batch(self, session: Any, items: list[tuple[int, Any, int, bool]], results: list) -> None:
+    async def _score_batch(
+        self, session: Any, items: list[tuple[int, Any, int, bool]], results: list
+    ) -> None:
         payload: dict[str, Any] = {"model": self.model, "input": [it[1] for it in items]}
         if self.settings.api == "classify":
             payload["use_activation"] = self.settings.use_activation
@@ -265,7 +271,10 @@ class ServedClassifierRM(RMBackend):
                 continue
             if not math.isfinite(raw):
                 results[pos] = SampleResult.failed(
-                    "invalid_return", f"the reward model produced a non-finite score ({raw})", rm_logit=raw, **extra
+                    "invalid_return",
+                    f"the reward model produced a non-finite score ({raw})",
+                    rm_logit=raw,
+                    **extra,
                 )
             else:
                 results[pos] = SampleResult.ok(raw, rm_logit=raw, **extra)

@@ -46,7 +46,9 @@ def raise_failures(action: str, results: Sequence[Any]) -> None:
     """Raise one :class:`ServerCallError` naming every replica whose call failed."""
     failed = [f"replica {i}: {r}" for i, r in enumerate(results) if isinstance(r, BaseException)]
     if failed:
-        raise ServerCallError(f"{action} failed on {len(failed)} of {len(results)} replica(s): " + "; ".join(failed))
+        raise ServerCallError(
+            f"{action} failed on {len(failed)} of {len(results)} replica(s): " + "; ".join(failed)
+        )
 
 
 def served_model_path(rm: RewardModelConfig) -> str:
@@ -92,7 +94,9 @@ class ServerGroup:
         if errors:
             self.close()
             msg = "\n\n".join(str(e) for e in errors)
-            raise ServerStartError(f"{len(errors)} of {len(self.replicas)} server replica(s) failed to start:\n{msg}")
+            raise ServerStartError(
+                f"{len(errors)} of {len(self.replicas)} server replica(s) failed to start:\n{msg}"
+            )
         self._monitor = threading.Thread(target=self._watch, name="rewardkit-server-monitor", daemon=True)
         self._monitor.start()
         return self

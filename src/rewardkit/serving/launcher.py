@@ -75,7 +75,9 @@ class ServerLauncher:
 
     def preset_command(self, host: str, port: int, model_path: str) -> list[str]:
         """The engine's own command line (without the user's ``command`` override)."""
-        raise ConfigError(f"server engine {self.name or type(self).__name__!r} needs reward_model.server.command")
+        raise ConfigError(
+            f"server engine {self.name or type(self).__name__!r} needs reward_model.server.command"
+        )
 
     def command(self, host: str, port: int, model_path: str) -> list[str]:
         """The argv of one replica: ``server.command`` with its placeholders filled, else the preset's."""

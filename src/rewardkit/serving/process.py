@@ -201,7 +201,9 @@ class ProcessReplica:
                 timeout=self.config.request_timeout_s,
             )  # fmt: skip
         except OSError as e:
-            raise ServerCallError(f"replica {self.index} ({self.url}): {call.method} {call.path} failed: {e}") from e
+            raise ServerCallError(
+                f"replica {self.index} ({self.url}): {call.method} {call.path} failed: {e}"
+            ) from e
         if not 200 <= status < 300:
             raise ServerCallError(
                 f"replica {self.index} ({self.url}): {call.method} {call.path} answered {status}: {text[:300]}"
