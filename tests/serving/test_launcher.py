@@ -190,3 +190,27 @@ def test_restarts_are_bounded():
         assert group.restarts() == 0
     finally:
         group.close()
+
+
+def test_servers_left_open_are_stopped_when_the_owner_exits(tmp_path):
+    """A script that starts servers and forgets to close them leaves no process behind."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import json, sys\n"
+        "from rewardkit.config import load_config\n"
+        "from rewardkit.serving import start_servers\n"
+        f"server = json.loads({json.dumps(json.dumps(standin_server(replicas=2)))})\n"
+        "rm = load_config({'reward_model': {'enable': True, 'server': server}}).reward_model\n"
+        "group = start_servers(rm)\n"
+        "print(json.dumps(group.pids), flush=True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
+    assert out.returncode == 0, out.stderr
+    pids = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(pids) == 2 and all(gone(p) for p in pids)

@@ -10,8 +10,10 @@ per replica; a replica restarted while the group sleeps is put back to sleep), a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,19 @@ if TYPE_CHECKING:
     from rewardkit.serving.launcher import ServerLauncher
 
 
+#: Started groups not closed yet: stopped at interpreter exit so no server outlives its owner.
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_groups() -> None:
+    for group in list(_LIVE):
+        try:
+            group.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
 class ServersAsleepError(RewardKitError, RuntimeError):
     """A batch arrived while the servers sleep and ``server.when_asleep`` is ``fail``."""
 
@@ -31,15 +46,19 @@ def fan_out(fns: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run every callable at once in threads; each result or the exception it raised, in order."""
     if not fns:
         return []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(fns)) as pool:
-        futures = [pool.submit(fn) for fn in fns]
-        out = []
-        for f in futures:
-            try:
-                out.append(f.result())
-            except Exception as e:  # noqa: BLE001 - returned to the caller, who raises them together
-                out.append(e)
-        return out
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(fns)) as pool:
+            futures = [pool.submit(fn) for fn in fns]
+    except RuntimeError:  # at interpreter exit no new threads: one after the other
+        return [_call(fn) for fn in fns]
+    return [_call(f.result) for f in futures]
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - returned to the caller, who raises them together
+        return e
 
 
 def raise_failures(action: str, results: Sequence[Any]) -> None:
@@ -99,6 +118,7 @@ class ServerGroup:
             )
         self._monitor = threading.Thread(target=self._watch, name="rewardkit-server-monitor", daemon=True)
         self._monitor.start()
+        _LIVE.add(self)
         return self
 
     def close(self) -> None:
@@ -108,6 +128,7 @@ class ServerGroup:
             self._monitor.join(timeout=self.config.health_interval_s + 5)
         with self._lock:
             fan_out([r.stop for r in self.replicas])
+        _LIVE.discard(self)
 
     def __enter__(self) -> ServerGroup:
         return self.start()
