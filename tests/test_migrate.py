@@ -1116,3 +1116,21 @@ def test_override_below_a_value_is_an_error():
 
     with pytest.raises(ConfigError, match="reward_model"):
         overrides_to_config(["reward_model=3", "reward_model.num_workers=2"])
+
+
+def test_data_parallel_rollout_spells_out_each_parallel_size():
+    cfg, _, _ = _migrate(
+        {
+            "reward_model": {
+                "enable": True,
+                "enable_resource_pool": True,
+                "n_gpus_per_node": 8,
+                "nnodes": 1,
+                "model": {"path": "RM"},
+                "rollout": {"name": "vllm", "tensor_model_parallel_size": 2, "data_parallel_size": 2},
+            }
+        }
+    )
+    s = load_config(cfg).reward_model.server
+    assert (s.gpus_per_replica, s.replicas) == (4.0, 2)
+    assert s.engine_args == {"tensor_parallel_size": 2, "data_parallel_size": 2, "pipeline_parallel_size": 1}

@@ -763,10 +763,12 @@ class _Migrator:
             )
             return self.rollout
         self.put(("reward_model", "server", "engine"), engine, olds.get("name", "reward_model.rollout.name"))
-        gpus = 1
+        sizes = {}
         for key in _SERVER_TOPOLOGY:
             size = values.get(key, _VERL_ROLLOUT_DEFAULTS[key])
-            gpus *= size if isinstance(size, int) and size > 0 else 1
+            sizes[key] = size if isinstance(size, int) and size > 0 else 1
+        gpus = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
+        gpus *= sizes["pipeline_model_parallel_size"]
         prefix = next(iter(olds.values())).rsplit(".", 1)[0]
         topology = " × ".join(f"{prefix}.{k}" for k in _SERVER_TOPOLOGY) + " (verl's defaults where unset)"
         self.put(("reward_model", "server", "gpus_per_replica"), gpus, topology)
@@ -795,6 +797,12 @@ class _Migrator:
                     self.note(f"not carried: {olds[key]}={_short(values[key])}: {engine} has no such flag")
                 else:
                     self.put(("reward_model", "server", "engine_args", flag), values[key], olds[key])
+        if gpus != sizes["tensor_model_parallel_size"]:  # the preset's TP = gpus_per_replica no longer holds
+            names = ("tp_size", "dp_size", "pp_size") if engine == "sglang" else (
+                "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"
+            )  # fmt: skip
+            for flag, key in zip(names, _SERVER_TOPOLOGY, strict=True):
+                self.put(("reward_model", "server", "engine_args", flag), sizes[key], f"{prefix}.{key}")
         kwargs = values.get("engine_kwargs")
         if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
             for k, v in kwargs[engine].items():

@@ -46,13 +46,20 @@ def test_unknown_engine_names_the_known_ones():
 
 def test_vllm_preset_command_line_and_protocol():
     cfg = ServerConfig(
-        gpus_per_replica=2, engine_args={"max_model_len": 4096, "enforce_eager": True, "seed": None}
+        gpus_per_replica=2,
+        engine_args={
+            "max_model_len": 4096,
+            "enforce_eager": True,
+            "seed": None,
+            "enable_prefix_caching": False,
+        },
     )
     launcher = VLLMLauncher(cfg)
     argv = launcher.command("127.0.0.1", 8123, "/models/rm")
     assert argv[:3] == ["vllm", "serve", "/models/rm"]
     assert argv[argv.index("--port") + 1] == "8123"
     assert "--enable-sleep-mode" in argv and "--enforce-eager" in argv and "--seed" not in argv
+    assert "--no-enable-prefix-caching" in argv  # vLLM's boolean flags take --no-
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
     assert argv[argv.index("--max-model-len") + 1] == "4096"
     assert launcher.environment() == {"VLLM_SERVER_DEV_MODE": "1"}

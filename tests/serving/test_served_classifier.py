@@ -108,3 +108,29 @@ def test_pooling_api_and_empty_batch():
         events = stats(engine.servers.urls[0])["events"]
     assert events == ["pooling"] and result.scores == [score_of("pr")]
     assert math.isfinite(result.scores[0])
+
+
+def test_requests_are_packed_by_the_token_budget_like_the_transformers_backend():
+    from rewardkit.backends.discriminative import pack_batches
+
+    records = [{"prompt": "p" * (i % 5), "response": "r" * (3 * i + 1)} for i in range(20)]
+    lengths = [len(r["prompt"]) + len(r["response"]) for r in records]  # chars_per_token 1: length = chars
+    server = standin_server(placement="standalone")
+    rollout = {"token_budget": 120, "chars_per_token": 1.0}
+    cfg = {
+        "executor": "inline",
+        "reward_model": {
+            "enable": True,
+            "backend": "served-classifier",
+            "server": server,
+            "rollout": rollout,
+        },
+    }
+    with RewardEngine(cfg) as engine:
+        result = engine.compute(records)
+        requests = stats(engine.servers.urls[0])["events"].count("classify")
+    expected = pack_batches(lengths, 120)
+    assert 1 < requests == len(expected)
+    assert result.metrics["rm/batches"] == len(expected) and result.metrics["rm/tokens"] == sum(lengths)
+    assert [s.extra["num_tokens"] for s in result.samples] == lengths
+    assert result.scores == pytest.approx([score_of(r["prompt"] + r["response"]) for r in records])

@@ -35,17 +35,22 @@ class Call:
     json: Any = None
 
 
-def engine_flags(args: dict[str, Any]) -> list[str]:
+def engine_flags(args: dict[str, Any], *, negate_false: bool = False) -> list[str]:
     """``{max_model_len: 4096, enforce_eager: true}`` → ``--max-model-len 4096 --enforce-eager``.
 
-    ``false`` / ``None`` leave a flag out; a list repeats its values after the flag; a dict is JSON.
+    ``None`` leaves a flag out; ``false`` too, or writes ``--no-flag`` with ``negate_false`` (vLLM's
+    boolean flags, e.g. ``--no-enable-prefix-caching``); a list repeats its values; a dict is JSON.
     """
     import json
 
     out: list[str] = []
     for key, value in args.items():
         flag = "--" + str(key).replace("_", "-")
-        if value is None or value is False:
+        if value is None:
+            continue
+        if value is False:
+            if negate_false:
+                out.append(f"--no-{flag[2:]}")
             continue
         if value is True:
             out.append(flag)
@@ -127,7 +132,8 @@ class VLLMLauncher(ServerLauncher):
         tp = max(1, int(self.config.gpus_per_replica))
         args.setdefault("tensor_parallel_size", tp)
         args.setdefault("enable_sleep_mode", True)
-        return ["vllm", "serve", model_path, "--host", host, "--port", str(port), *engine_flags(args)]
+        flags = engine_flags(args, negate_false=True)
+        return ["vllm", "serve", model_path, "--host", host, "--port", str(port), *flags]
 
     def environment(self) -> dict[str, str]:
         """``VLLM_SERVER_DEV_MODE=1`` turns on the sleep / wake endpoints."""
