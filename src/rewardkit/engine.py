@@ -88,8 +88,10 @@ class RewardEngine:
     def _start_servers(self, rm):
         from rewardkit.serving import backend_config, start_servers
         from rewardkit.serving.group import BatchWaker
+        from rewardkit.serving.routing import check_backend
 
         if self._servers is None:
+            check_backend(rm, self._backend_cls)
             self._servers = start_servers(rm, self.registries)
             self._waker = BatchWaker(self._servers)
         return backend_config(rm, self._servers.urls, self._backend_cls)

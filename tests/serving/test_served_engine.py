@@ -126,3 +126,12 @@ def test_base_url_next_to_server_is_a_config_error():
     cfg = engine_config(standin_server(), base_url="http://127.0.0.1:1")
     with RewardEngine(cfg) as engine, pytest.raises(ConfigError, match="remove rollout.base_url"):
         _ = engine.backend
+
+
+def test_server_with_the_in_process_discriminative_backend_is_a_config_error():
+    from rewardkit.errors import ConfigError
+
+    with RewardEngine(engine_config(standin_server(), backend="discriminative")) as engine:
+        with pytest.raises(ConfigError, match="use backend: served-classifier"):
+            _ = engine.backend
+        assert engine.servers is None  # refused before anything was launched

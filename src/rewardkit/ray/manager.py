@@ -242,8 +242,11 @@ class RewardLoopManager:
         from rewardkit.plugins import get_registries
         from rewardkit.serving import backend_config, start_servers
         from rewardkit.serving.group import BatchWaker
+        from rewardkit.serving.routing import check_backend
 
         rm = self.config.reward_model
+        backend_cls = get_registries(self.config.plugins).backends.get(rm.backend)
+        check_backend(rm, backend_cls)
         colocated = rm.server_placement == "colocated"
         self._servers = start_servers(
             rm,
@@ -254,7 +257,6 @@ class RewardLoopManager:
             plugins=self.config.plugins.model_dump(mode="json"),
         )
         self._waker = BatchWaker(self._servers)
-        backend_cls = get_registries(self.config.plugins).backends.get(rm.backend)
         served = backend_config(rm, self._servers.urls, backend_cls).model_copy(update={"server": None})
         return self.config.model_copy(update={"reward_model": served})
 

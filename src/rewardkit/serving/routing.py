@@ -38,20 +38,30 @@ def accepts_url_list(backend_cls: Any) -> bool:
     return http_settings_accept_url_list()
 
 
+def check_backend(rm: RewardModelConfig, backend_cls: Any = None) -> None:
+    """Refuse, before anything is launched, a backend that cannot use launched servers."""
+    if getattr(backend_cls, "name", None) == "discriminative":
+        raise ConfigError(
+            "reward_model.backend 'discriminative' runs the model in this process and would ignore the "
+            "servers reward_model.server launches; use backend: served-classifier"
+        )
+    if "base_url" in rm.rollout:
+        raise ConfigError(
+            "reward_model.rollout.base_url and reward_model.server are both set: rewardkit points the "
+            "backend at the servers it launches; remove rollout.base_url"
+        )
+
+
 def backend_config(rm: RewardModelConfig, urls: list[str], backend_cls: Any = None) -> RewardModelConfig:
     """A copy of ``rm`` whose ``rollout.base_url`` is the replicas' URLs (one URL, or the list).
 
     ``rollout.base_url`` set by hand next to ``server`` is a :class:`ConfigError` (which one wins
     would be a guess). ``model_path`` defaults to the served model, the name vLLM/SGLang serve it under.
     """
+    check_backend(rm, backend_cls)
     if not urls:
         raise ConfigError("no server replica is running")
     rollout = dict(rm.rollout)
-    if "base_url" in rollout:
-        raise ConfigError(
-            "reward_model.rollout.base_url and reward_model.server are both set: rewardkit points the "
-            "backend at the servers it launches; remove rollout.base_url"
-        )
     if len(urls) == 1:
         rollout["base_url"] = urls[0]
     elif accepts_url_list(backend_cls):
