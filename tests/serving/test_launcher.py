@@ -129,7 +129,7 @@ def test_replicas_start_on_free_ports_and_close_leaves_no_process():
     try:
         assert len(set(group.urls)) == 2 and all(u.startswith("http://127.0.0.1:") for u in group.urls)
         pids = group.pids
-        assert [stats(u)["pid"] for u in group.urls] == pids
+        assert [os.getpgid(stats(u)["pid"]) for u in group.urls] == pids  # each in its own group
         assert not group.asleep  # standalone: awake
     finally:
         group.close()
@@ -181,7 +181,7 @@ def test_a_killed_replica_is_restarted_on_its_port_and_put_back_to_sleep():
         assert group.urls[0] == url and group.pids[0] != old_pid
         assert wait_for(lambda: stats(url)["asleep"], timeout=10)
         assert stats(url)["events"] == ["sleep:1"]  # the new process was put back to sleep
-        assert stats(group.urls[1])["pid"] == group.pids[1]  # the other replica untouched
+        assert os.getpgid(stats(group.urls[1])["pid"]) == group.pids[1]  # the other replica untouched
         assert group.metrics()["restarts"] == 1.0
     finally:
         group.close()
@@ -221,3 +221,33 @@ def test_servers_left_open_are_stopped_when_the_owner_exits(tmp_path):
     assert out.returncode == 0, out.stderr
     pids = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(pids) == 2 and all(gone(p) for p in pids)
+
+
+def test_servers_go_down_when_their_owner_is_killed(tmp_path):
+    """SIGKILL of the owning process (no atexit, no close): the supervisor takes each group down."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "from rewardkit.config import load_config\n"
+        "from rewardkit.serving import start_servers\n"
+        f"server = json.loads({json.dumps(json.dumps(standin_server(replicas=2)))})\n"
+        "rm = load_config({'reward_model': {'enable': True, 'server': server}}).reward_model\n"
+        "group = start_servers(rm)\n"
+        "print(json.dumps(group.pids), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        pids = json.loads(owner.stdout.readline())
+        assert len(pids) == 2 and not any(gone(p) for p in pids)
+        owner.kill()
+        owner.wait(timeout=10)
+        assert wait_for(lambda: all(gone(p) for p in pids), timeout=30)
+    finally:
+        owner.kill()

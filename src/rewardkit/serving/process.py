@@ -1,7 +1,8 @@
 """One server replica as a local process: free port, its own process group, health wait, log tail.
 
-The process is started in a new session (``start_new_session``) so that :meth:`ProcessReplica.stop`
-can signal the whole group, engine workers included. Its stdout and stderr go to a log file whose
+The process is started in a new session (``start_new_session``) under a small supervisor
+(:mod:`rewardkit.serving.reaper`) so that :meth:`ProcessReplica.stop` can signal the whole group,
+engine workers included, and the group goes down by itself if this process dies. Its stdout and stderr go to a log file whose
 tail is quoted in start-up errors.
 """
 
@@ -12,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -25,6 +27,10 @@ from rewardkit.errors import RewardKitError
 if TYPE_CHECKING:
     from rewardkit.config import ServerConfig
     from rewardkit.serving.launcher import Call, ServerLauncher
+
+
+#: The supervisor every server runs under (see :mod:`rewardkit.serving.reaper`).
+REAPER = Path(__file__).with_name("reaper.py")
 
 
 class ServerStartError(RewardKitError, RuntimeError):
@@ -95,7 +101,7 @@ class ProcessReplica:
 
     @property
     def pid(self) -> int | None:
-        """The server process id (also its process group id)."""
+        """The server's process group id (its supervisor's pid; the server is its child)."""
         return self.proc.pid if self.proc is not None else None
 
     def alive(self) -> bool:
@@ -118,10 +124,12 @@ class ProcessReplica:
         argv = self.launcher.command(self.config.host, self.port, self.model_path)
         env = {**os.environ, **self.launcher.environment(), **self.config.env, **self.extra_env}
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        # the reaper (session leader) runs the server and kills the group if this process dies
+        wrapped = [sys.executable, str(REAPER), str(os.getpid()), "--", *argv]
         with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    wrapped, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True,
                 )  # fmt: skip
             except OSError as e:
