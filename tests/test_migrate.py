@@ -227,15 +227,91 @@ def test_served_rm_with_custom_function_is_generative():
     cfg, messages, _ = _migrate(LEGACY / "reward_loop_genrm.yaml")
     config = load_config(cfg)
     assert config.reward_model.backend == "generative"
-    assert config.reward_model.rollout == {}  # verl's server-launch settings are not rewardkit's
+    assert config.reward_model.rollout == {}  # verl's server-launch settings went to reward_model.server
     assert config.custom_reward_function.reward_kwargs == {"correct_reward": 1.0, "incorrect_reward": -1.0}
     assert any("backend='generative'" in m and "reward_router_address" in m for m in messages)
-    for key in ("name='vllm'", "gpu_memory_utilization=0.8", "engine_kwargs="):
-        assert any(
-            m.startswith(f"not carried: reward_model.rollout.{key}") and "vllm serve" in m for m in messages
-        )
-    summary = next(m for m in messages if m.startswith("ignored legacy keys"))
-    assert "reward_model.rollout.tensor_model_parallel_size" in summary  # 2 is verl's default
+    assert not any(m.startswith("not carried: reward_model.rollout.name") for m in messages)
+    assert any(
+        m.startswith("not carried: reward_model.rollout.prompt_length=4096: a generation setting")
+        for m in messages
+    )
+
+
+def test_verl_rollout_and_resource_pool_keys_become_the_server_section():
+    """Issue 16: verl's reward-model rollout launched servers; rewardkit now launches them too."""
+    from rewardkit.serving import make_launcher
+
+    cfg, messages, _ = _migrate(LEGACY / "reward_loop_genrm.yaml")
+    rm = load_config(cfg).reward_model
+    s = rm.server
+    assert (s.engine, s.gpus_per_replica, s.replicas, s.placement) == (
+        "vllm",
+        2.0,
+        2,
+        "standalone",
+    )  # 4 GPUs / tp 2
+    assert s.engine_args == {"dtype": "bfloat16", "gpu_memory_utilization": 0.8, "enable_sleep_mode": True}
+    assert (
+        "moved reward_model.rollout.gpu_memory_utilization → reward.reward_model.server.engine_args.gpu_memory_utilization"
+        in messages
+    )
+    argv = make_launcher(rm).command("127.0.0.1", 8000, rm.model_path)
+    assert argv[:3] == ["vllm", "serve", "dyyyyyyyy/FAPO-GenRM-4B"]
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
+
+
+def test_a_served_classifier_in_verls_new_layout_is_colocated_sglang():
+    cfg, messages, _ = _migrate(
+        {
+            "reward": {
+                "reward_model": {
+                    "enable": True,
+                    "model_path": "Skywork/RM",
+                    "n_gpus_per_node": 8,
+                    "rollout": {
+                        "name": "sglang",
+                        "gpu_memory_utilization": 0.4,
+                        "tensor_model_parallel_size": 1,
+                        "max_model_len": 8192,
+                        "enable_prefix_caching": False,
+                        "temperature": 0.7,
+                    },
+                }
+            }
+        }
+    )
+    rm = load_config(cfg).reward_model
+    assert rm.server.engine == "sglang" and rm.server.placement == "colocated" and rm.server.replicas == 1
+    assert rm.server.gpus_per_replica == 1.0
+    assert rm.server.engine_args == {"mem_fraction_static": 0.4, "context_length": 8192}
+    assert any("enable_prefix_caching=False: sglang has no such flag" in m for m in messages)
+    assert any("server.replicas is 1" in m for m in messages)
+
+
+def test_a_legacy_served_classifier_gets_the_served_backend():
+    cfg, messages, _ = _migrate(
+        {
+            "reward_model": {
+                "enable": True,
+                "model": {"path": "RM"},
+                "rollout": {"name": "vllm", "tensor_model_parallel_size": 1},
+            }
+        }
+    )
+    rm = load_config(cfg).reward_model
+    assert (
+        rm.backend == "served-classifier" and rm.server.engine == "vllm" and rm.server.gpus_per_replica == 1.0
+    )
+    assert any("backend='served-classifier'" in m for m in messages)
+
+
+def test_an_engine_without_a_preset_is_not_carried():
+    cfg, messages, _ = _migrate(
+        {"reward_model": {"enable": True, "model": {"path": "RM"}, "rollout": {"name": "trtllm"}}}
+    )
+    assert "server" not in cfg["reward"]["reward_model"]
+    assert any("'trtllm': rewardkit has no launcher preset" in m for m in messages)
 
 
 def test_generative_rollout_keys_map_to_the_judge_settings():
@@ -1053,3 +1129,21 @@ def test_override_below_a_value_is_an_error():
 
     with pytest.raises(ConfigError, match="reward_model"):
         overrides_to_config(["reward_model=3", "reward_model.num_workers=2"])
+
+
+def test_data_parallel_rollout_spells_out_each_parallel_size():
+    cfg, _, _ = _migrate(
+        {
+            "reward_model": {
+                "enable": True,
+                "enable_resource_pool": True,
+                "n_gpus_per_node": 8,
+                "nnodes": 1,
+                "model": {"path": "RM"},
+                "rollout": {"name": "vllm", "tensor_model_parallel_size": 2, "data_parallel_size": 2},
+            }
+        }
+    )
+    s = load_config(cfg).reward_model.server
+    assert (s.gpus_per_replica, s.replicas) == (4.0, 2)
+    assert s.engine_args == {"tensor_parallel_size": 2, "data_parallel_size": 2, "pipeline_parallel_size": 1}

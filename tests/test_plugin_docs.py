@@ -28,6 +28,7 @@ HOOK_KINDS = {
     "register_reward_managers": "managers",
     "register_rm_backends": "backends",
     "register_executors": "executors",
+    "register_server_launchers": "launchers",
     "register_commands": "commands",
 }
 
@@ -56,6 +57,7 @@ def test_hookspecs_has_exactly_the_documented_hooks():
             "register_reward_managers",
             "register_rm_backends",
             "register_scorers",
+            "register_server_launchers",
         ]
     )
 
@@ -218,3 +220,15 @@ def test_the_rm_backend_example_scores_with_a_tiny_model(examples, tmp_path):
     assert all(math.isfinite(s) for s in result.scores) and result.components["rm"] == result.scores
     assert again.scores == pytest.approx(result.scores, abs=1e-5)
     assert transitions == ["load", "sleep", "wake_up"]
+
+
+def test_the_launcher_example_builds_its_command_line_and_has_no_sleep(examples):
+    """The register_server_launchers example, built from a real server config."""
+    from rewardkit.config import ServerConfig
+
+    module = examples("register_server_launchers")
+    launcher = module.LlamaCppLauncher(ServerConfig(engine="llama-cpp", engine_args={"ctx_size": 4096}))
+    argv = launcher.command("127.0.0.1", 8080, "/models/rm.gguf")
+    assert argv[:3] == ["llama-server", "-m", "/models/rm.gguf"]
+    assert argv[argv.index("--port") + 1] == "8080" and argv[argv.index("--ctx-size") + 1] == "4096"
+    assert launcher.sleep_call(1) is None and not launcher.can_sleep

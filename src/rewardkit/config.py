@@ -78,12 +78,55 @@ class ScorerEntry(_Model):
         return self.alias or self.name
 
 
+class ServerConfig(_Model):
+    """``reward.reward_model.server``: rewardkit launches the reward model's inference servers.
+
+    ``engine`` is a registered server launcher (``vllm``, ``sglang``, ``command`` or a plugin's):
+    it knows the command line, the health path and the sleep / wake calls. ``command`` (a string
+    with ``{host}``, ``{port}``, ``{model_path}`` placeholders, or a list of arguments) is the whole
+    command line for ``engine: command``, and overrides a preset's command line while keeping its
+    protocol. ``placement``: ``colocated`` shares the trainer's GPUs (replicas sleep between
+    batches), ``standalone`` takes GPUs of its own; unset, it follows ``reward_model.enable_resource_pool``
+    (true: standalone), as in verl. See docs/served-models.md.
+    """
+
+    engine: str = Field("vllm", description="vllm | sglang | command | a plugin's launcher")
+    model_path: str | None = Field(None, description="model served; default reward_model.model_path")
+    replicas: int = Field(1, ge=1, description="server processes, each on its own GPUs")
+    gpus_per_replica: float = Field(1.0, ge=0, description="GPUs each replica holds (tensor parallel size)")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="engine flags: {max_model_len: 4096} becomes --max-model-len 4096"
+    )
+    command: str | list[str] | None = Field(
+        None, description="command line with {host}, {port}, {model_path}; overrides the preset's"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the server processes")
+    host: str = Field("127.0.0.1", description="address the servers bind")
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="deadline for a replica to answer its health check"
+    )
+    placement: Literal["colocated", "standalone"] | None = Field(
+        None,
+        description="colocated (trainer's GPUs) | standalone (own GPUs); default from enable_resource_pool",
+    )
+    sleep_level: int = Field(
+        1, ge=1, le=2, description="vLLM sleep level: 1 offloads weights, 2 discards them"
+    )
+    when_asleep: Literal["wake", "fail"] = Field(
+        "wake", description="scoring while asleep: wake the servers first, or raise ServersAsleepError"
+    )
+    max_restarts: int = Field(3, ge=0, description="restarts of a replica that died, per replica")
+    health_interval_s: float = Field(1.0, gt=0, description="how often the monitor checks the processes")
+    request_timeout_s: float = Field(300.0, gt=0, description="deadline of one sleep / wake call")
+
+
 class RewardModelConfig(_Model):
     """A reward model (``reward.reward_model``): discriminative, generative judge, remote server or a plugin.
 
     Backend-specific settings go in ``rollout`` (serving / client settings such as ``base_url``,
     ``model``, sampling parameters, concurrency) and ``kwargs``. The model's score is one component
     of the reward named ``"rm"`` with weight ``weight``; with no rule scorer configured it *is* the reward.
+    With ``server`` set, rewardkit launches the model's inference servers (:class:`ServerConfig`).
     """
 
     enable: bool = False
@@ -96,6 +139,16 @@ class RewardModelConfig(_Model):
     offload: bool = False
     rollout: dict[str, Any] = Field(default_factory=dict)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    server: ServerConfig | None = None
+
+    @property
+    def server_placement(self) -> str | None:
+        """The served model's layout: ``server.placement``, else standalone iff ``enable_resource_pool``."""
+        if self.server is None:
+            return None
+        if self.server.placement is not None:
+            return self.server.placement
+        return "standalone" if self.enable_resource_pool else "colocated"
 
 
 class SandboxFusionConfig(_Model):

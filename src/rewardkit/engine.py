@@ -37,6 +37,8 @@ class RewardEngine:
         self.registries = registries or get_registries(self.config.plugins)
         self._executor: Executor | None = None
         self._backend = None
+        self._servers: Any = None  # launched reward-model servers (reward_model.server)
+        self._waker: Any = None
         self._manager: RewardManager | None = None
         self._loop: LoopThread | None = None
         self._lock = threading.Lock()
@@ -78,8 +80,27 @@ class RewardEngine:
     def backend(self):
         """The reward-model backend, or ``None`` when ``reward_model.enable`` is off (created on first use)."""
         if self._backend is None and self.config.reward_model.enable:
-            self._backend = self._backend_cls(self.config.reward_model)
+            rm = self.config.reward_model
+            if rm.server is not None:
+                rm = self._start_servers(rm)
+            self._backend = self._backend_cls(rm)
         return self._backend
+
+    def _start_servers(self, rm):
+        from rewardkit.serving import backend_config, start_servers
+        from rewardkit.serving.group import BatchWaker
+        from rewardkit.serving.routing import check_backend
+
+        if self._servers is None:
+            check_backend(rm, self._backend_cls)
+            self._servers = start_servers(rm, self.registries)
+            self._waker = BatchWaker(self._servers)
+        return backend_config(rm, self._servers.urls, self._backend_cls)
+
+    @property
+    def servers(self):
+        """The launched reward-model servers (``reward_model.server``), or ``None``; started with the backend."""
+        return self._servers
 
     @property
     def manager(self) -> RewardManager:
@@ -93,15 +114,17 @@ class RewardEngine:
         return self._manager
 
     # -- lifecycle of the reward model -----------------------------------------------------------
-    def wake_up(self) -> None:
-        """Put the reward model on the accelerator (no-op without one)."""
+    def wake_up(self) -> dict[str, float]:
+        """Put the reward model on the accelerator (no-op without one); served replicas → seconds each."""
         if self.backend is not None:
             self.backend.wake_up()
+        return self._servers.wake_up() if self._servers is not None else {}
 
-    def sleep(self) -> None:
-        """Offload the reward model and free accelerator memory (no-op without one)."""
+    def sleep(self) -> dict[str, float]:
+        """Offload the reward model and free accelerator memory (no-op without one); served replicas → seconds each."""
         if self.backend is not None:
             self.backend.sleep()
+        return self._servers.sleep() if self._servers is not None else {}
 
     # -- scoring ---------------------------------------------------------------------------------
     async def acompute(self, samples: Iterable[Any]) -> RewardResult:
@@ -127,11 +150,15 @@ class RewardEngine:
         backend = self.backend
         if backend is not None and batch:
             await asyncio.to_thread(backend.wake_up)
+        if self._waker is not None and batch:
+            await self._waker.enter()  # wakes sleeping servers, or raises ServersAsleepError
         try:
             results = await manager.ascore(batch)
         finally:
             if backend is not None and self.config.reward_model.offload and batch:
                 await asyncio.to_thread(backend.sleep)
+            if self._waker is not None and batch:
+                await self._waker.exit()
         if len(results) != len(batch):
             raise RuntimeError(
                 f"reward manager {type(manager).__name__} returned {len(results)} results for {len(batch)} samples"
@@ -140,6 +167,8 @@ class RewardEngine:
         result = RewardResult.gather(results, [s.data_source for s in batch], elapsed, self.config)
         if backend is not None:
             result.metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
+        if self._servers is not None:
+            result.metrics.update({f"rm/server/{k}": v for k, v in self._servers.metrics().items()})
         return result
 
     def _ensure_loop(self) -> LoopThread:
@@ -160,6 +189,8 @@ class RewardEngine:
                 self._loop.run(self._backend.aclose())
             else:
                 self._backend.close()
+        if self._servers is not None:
+            self._servers.close()
         if self._executor is not None:
             self._executor.close()
         if self._loop is not None:

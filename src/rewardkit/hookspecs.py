@@ -90,6 +90,18 @@ def register_executors(register: RegisterClass) -> None:
 
 
 @hookspec
+def register_server_launchers(register: RegisterClass) -> None:
+    """Register server launchers: how to start, health-check, sleep and wake an inference engine.
+
+    :param register: call ``register(cls, name="vllm")``; ``cls`` may be a lazy
+        ``"package.module:Class"`` string. ``cls`` subclasses
+        :class:`rewardkit.serving.launcher.ServerLauncher`: built with ``cls(server_config)`` from
+        ``reward.reward_model.server`` (whose ``engine`` names it), it builds each replica's command
+        line and knows the health path and the sleep / wake requests.
+    """
+
+
+@hookspec
 def register_commands(cli: Any) -> None:
     """Add sub-commands to the ``rewardkit`` command line.
 

@@ -147,9 +147,31 @@ _GENERATIVE_ROLLOUT = {
     "seed": "seed",
 }
 _SERVER_REASON = (
-    "verl used it to launch the reward model's vLLM/SGLang server; rewardkit does not launch servers "
-    "(start one, e.g. `vllm serve MODEL`, and set reward.reward_model.rollout.base_url for the "
-    "generative backend)"
+    "verl used it to launch the reward model's vLLM/SGLang server; rewardkit launches one only for an "
+    "enabled reward model (reward.reward_model.server, like `vllm serve MODEL`) and has no setting for this"
+)
+
+# verl's rollout keys that launch the reward model's server: → reward.reward_model.server.engine_args,
+# under the flag name of each engine (None: the engine has no such flag).
+_SERVER_ENGINE_ARGS: dict[str, dict[str, str | None]] = {
+    "dtype": {"vllm": "dtype", "sglang": "dtype"},
+    "gpu_memory_utilization": {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"},
+    "enforce_eager": {"vllm": "enforce_eager", "sglang": "disable_cuda_graph"},
+    "max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size"},
+    "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests"},
+    "max_model_len": {"vllm": "max_model_len", "sglang": "context_length"},
+    "enable_chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": None},
+    "enable_prefix_caching": {"vllm": "enable_prefix_caching", "sglang": None},
+    "load_format": {"vllm": "load_format", "sglang": "load_format"},
+    "quantization": {"vllm": "quantization", "sglang": "quantization"},
+}
+# Their product is one replica's GPUs (verl's rollout world size).
+_SERVER_TOPOLOGY = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+_SERVER_KEYS = {"name", "engine_kwargs", "free_cache_engine", *_SERVER_ENGINE_ARGS, *_SERVER_TOPOLOGY}
+
+_GENERATION_REASON = (
+    "a generation setting of verl's rollout config; a reward-model server (reward.reward_model.server) "
+    "does not take it"
 )
 
 _MANAGER_KEYS = ("reward_manager", "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name")
@@ -657,6 +679,7 @@ class _Migrator:
         """Choose the RM backend verl's legacy config implied (it had no ``backend`` key)."""
         if "backend" in rm:
             return
+        self.picked_backend = True
         has_fn = bool(_get(self.out, ("custom_reward_function", "path")))
         served = bool(self.rollout)
         if has_fn and served:
@@ -691,8 +714,89 @@ class _Migrator:
             self.carry(old, ("reward_model", "rollout", _GENERATIVE_ROLLOUT[key]), value)
         elif key in ("disaggregation", "engine_kwargs") and isinstance(resolved, dict) and _all_off(resolved):
             self.inert.append(old)
-        else:
+        elif key in _SERVER_KEYS:
             self.note(f"not carried: {old}={_short(value)}: {_SERVER_REASON}")
+        else:
+            self.note(f"not carried: {old}={_short(value)}: {_GENERATION_REASON}")
+
+    def map_server(self, rm: dict[str, Any], backend: str) -> list[tuple[str, str, Any]]:
+        """verl's server-launch rollout keys and RM resource-pool keys → ``reward.reward_model.server``.
+
+        Returns the rollout entries left for :meth:`map_rollout` (sampling settings, the judge's).
+        """
+        values = {k: _resolve(v, self.root) for _, k, v in self.rollout}
+        olds = {k: old for old, k, _ in self.rollout}
+        engine = values.get("name") or "vllm"
+        if engine not in ("vllm", "sglang"):
+            self.note(
+                f"not carried: {olds.get('name', 'reward_model.rollout.name')}={engine!r}: rewardkit has no "
+                "launcher preset for it; set reward.reward_model.server with engine: command"
+            )
+            return self.rollout
+        self.put(("reward_model", "server", "engine"), engine, olds.get("name", "reward_model.rollout.name"))
+        sizes = {}
+        for key in _SERVER_TOPOLOGY:
+            size = values.get(key, _VERL_ROLLOUT_DEFAULTS[key])
+            sizes[key] = size if isinstance(size, int) and size > 0 else 1
+        gpus = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
+        gpus *= sizes["pipeline_model_parallel_size"]
+        prefix = next(iter(olds.values())).rsplit(".", 1)[0]
+        topology = " × ".join(f"{prefix}.{k}" for k in _SERVER_TOPOLOGY) + " (verl's defaults where unset)"
+        self.put(("reward_model", "server", "gpus_per_replica"), gpus, topology)
+        pool = bool(rm.get("enable_resource_pool"))
+        total = int(rm.get("n_gpus_per_node") or 0) * max(int(rm.get("nnodes") or 0), 1)
+        if pool and total:
+            self.put(
+                ("reward_model", "server", "replicas"),
+                max(1, total // gpus),
+                "n_gpus_per_node × nnodes / gpus",
+            )
+        elif not pool:
+            self.note(
+                "reward.reward_model.server.replicas is 1: verl sized a colocated reward model by the "
+                "trainer's pool; set it to that pool's GPUs / gpus_per_replica"
+            )
+        self.put(
+            ("reward_model", "server", "placement"),
+            "standalone" if pool else "colocated",
+            "reward_model.enable_resource_pool",
+        )
+        for key, flags in _SERVER_ENGINE_ARGS.items():
+            if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
+                flag = flags[engine]
+                if flag is None:
+                    self.note(f"not carried: {olds[key]}={_short(values[key])}: {engine} has no such flag")
+                else:
+                    self.put(("reward_model", "server", "engine_args", flag), values[key], olds[key])
+        if gpus != sizes["tensor_model_parallel_size"]:  # the preset's TP = gpus_per_replica no longer holds
+            names = ("tp_size", "dp_size", "pp_size") if engine == "sglang" else (
+                "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"
+            )  # fmt: skip
+            for flag, key in zip(names, _SERVER_TOPOLOGY, strict=True):
+                self.put(("reward_model", "server", "engine_args", flag), sizes[key], f"{prefix}.{key}")
+        kwargs = values.get("engine_kwargs")
+        if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
+            for k, v in kwargs[engine].items():
+                self.put(
+                    ("reward_model", "server", "engine_args", k), v, f"{olds['engine_kwargs']}.{engine}.{k}"
+                )
+        if values.get("free_cache_engine") is False:
+            self.note(
+                f"not carried: {olds['free_cache_engine']}=False: rewardkit puts colocated servers to sleep "
+                "between batches; set reward.reward_model.server.placement: standalone to keep them awake"
+            )
+        if backend == "discriminative" and getattr(self, "picked_backend", False):
+            rm["backend"] = "served-classifier"
+            self.note(
+                "set reward.reward_model.backend='served-classifier': verl served this sequence-classification "
+                "model and scored through /classify; rewardkit launches reward.reward_model.server and does the same"
+            )
+        generative = backend == "generative"
+        return [
+            (old, k, v)
+            for old, k, v in self.rollout
+            if k not in _SERVER_KEYS or (generative and k in _GENERATIVE_ROLLOUT)
+        ]
 
     def finish(self) -> None:
         rm = self.out.get("reward_model")
@@ -710,6 +814,9 @@ class _Migrator:
                     value,
                     f"only rewardkit's discriminative backend uses it (this reward model {state})",
                 )
+        if enabled and self.rollout:
+            self.rollout = self.map_server(rm, backend)
+            backend = rm.get("backend", backend)
         for old, key, value in self.rollout:
             self.map_rollout(old, key, value, generative=enabled and backend == "generative")
         mgr = self.out.get("reward_manager")

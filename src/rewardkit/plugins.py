@@ -37,6 +37,7 @@ BUILTIN_PLUGINS = (
     "rewardkit.managers",
     "rewardkit.executors",
     "rewardkit.backends",
+    "rewardkit.serving",
 )
 
 
@@ -83,6 +84,7 @@ class Registries:
     executors: Registry
     plugins: list[PluginInfo]
     pm: pluggy.PluginManager
+    launchers: Registry = field(default_factory=lambda: Registry("server launcher"))
 
     @property
     def broken(self) -> list[PluginInfo]:
@@ -211,6 +213,11 @@ class _Loader:
                 "executors",
                 lambda p, i: self._class_register(regs.executors, "executors", p, i),
             ),
+            (
+                "register_server_launchers",
+                "launchers",
+                lambda p, i: self._class_register(regs.launchers, "launchers", p, i),
+            ),
         ]
         for hook_name, _kind, make_register in hooks:
             caller = getattr(self.pm.hook, hook_name)
@@ -223,7 +230,7 @@ class _Loader:
                 except Exception as e:
                     info.error = f"{hook_name} failed: {_format_error(e)}"
                     # Undo what it registered before failing: half a plugin is worse than none.
-                    for reg in (regs.scorers, regs.managers, regs.backends, regs.executors):
+                    for reg in (regs.scorers, regs.managers, regs.backends, regs.executors, regs.launchers):
                         reg.remove_provider(impl.plugin_name)
                     info.registered.clear()
         regs.plugins = sorted(self.infos.values(), key=lambda p: (not p.builtin, p.name))
@@ -233,7 +240,7 @@ class _Loader:
                 f"{p.name} ({p.distribution or '?'} {p.version or ''}): {p.error}".replace("  ", " ")
                 for p in broken
             )
-            for reg in (regs.scorers, regs.managers, regs.backends, regs.executors):
+            for reg in (regs.scorers, regs.managers, regs.backends, regs.executors, regs.launchers):
                 reg.hint = hint
         return regs
 

@@ -248,7 +248,7 @@ class PluginCheck:
     """What :func:`check_plugin` found.
 
     ``hooks``: the hooks the plugin implements; ``registered``: per kind (``scorers``,
-    ``managers``, ``backends``, ``executors``, ``commands``) the sorted names it registers;
+    ``managers``, ``backends``, ``executors``, ``launchers``, ``commands``) the sorted names it registers;
     ``objects``: the same, name → registered object (lazy references resolved);
     ``warnings``: things that work but may surprise (a scorer that cannot travel to worker processes...).
     """
@@ -263,8 +263,14 @@ def _base_classes() -> dict[str, type]:
     from rewardkit.backends.base import RMBackend
     from rewardkit.executors.base import Executor
     from rewardkit.managers.base import RewardManager
+    from rewardkit.serving.launcher import ServerLauncher
 
-    return {"managers": RewardManager, "backends": RMBackend, "executors": Executor}
+    return {
+        "managers": RewardManager,
+        "backends": RMBackend,
+        "executors": Executor,
+        "launchers": ServerLauncher,
+    }
 
 
 def _check_scorer_signature(name: str, fn: Any, batch: bool, warnings: list[str]) -> None:
@@ -357,6 +363,7 @@ _KIND_OF_HOOK = {
     "register_reward_managers": "managers",
     "register_rm_backends": "backends",
     "register_executors": "executors",
+    "register_server_launchers": "launchers",
 }
 
 
@@ -366,7 +373,7 @@ def _builtin_names() -> dict[str, set[str]]:
 
     regs = get_registries()
     out: dict[str, set[str]] = {}
-    for kind in ("scorers", "managers", "backends", "executors"):
+    for kind in ("scorers", "managers", "backends", "executors", "launchers"):
         out[kind] = {e.name for e in getattr(regs, kind) if e.provider in BUILTIN_PLUGINS}
     try:
         from rewardkit.cli import cli

@@ -13,3 +13,4 @@ def register_rm_backends(register):
     register("rewardkit.backends.generative:GenerativeRM", name="generative")
     register("rewardkit.backends.remote:RemoteRM", name="remote")
     register("rewardkit.backends.discriminative:DiscriminativeRM", name="discriminative")
+    register("rewardkit.backends.served_classifier:ServedClassifierRM", name="served-classifier")

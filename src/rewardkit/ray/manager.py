@@ -183,14 +183,21 @@ class RewardLoopManager:
         #: Name of the limiter actor (namespace ``rewardkit``), or ``None`` without one.
         self.limiter_name: str | None = None
         self._group: WorkerGroup | None = None
+        self._servers: Any = None  # launched reward-model servers (reward_model.server)
+        self._waker: Any = None
         ensure_ray(self.config.ray_address)
         try:
-            placement = ModelPlacement.from_config(
-                self.config,
-                replicas=model_replicas,
-                num_gpus=model_num_gpus,
-                colocated=True if placement_group is not None else None,
-            )
+            worker_config = self.config
+            if self.config.reward_model.enable and self.config.reward_model.server is not None:
+                worker_config = self._start_servers(placement_group, bundle_indices)
+                placement = None
+            else:
+                placement = ModelPlacement.from_config(
+                    self.config,
+                    replicas=model_replicas,
+                    num_gpus=model_num_gpus,
+                    colocated=True if placement_group is not None else None,
+                )
             if placement is not None:
                 self._models = ModelPool.create(
                     self.config,
@@ -212,7 +219,7 @@ class RewardLoopManager:
                 # kill it when the manager goes away, even if close() is never called
                 self._limiter_finalizer = weakref.finalize(self, _kill_quietly, self._limiter)
             self._group = WorkerGroup(
-                self.config,
+                worker_config,
                 num_workers=num_workers,
                 worker_executor=worker_executor,
                 num_cpus=worker_num_cpus,
@@ -230,7 +237,35 @@ class RewardLoopManager:
         self._active = 0
         self._awake_lock: asyncio.Lock | None = None
 
+    def _start_servers(self, placement_group: Any, bundle_indices: Sequence[int] | None) -> RewardConfig:
+        """Launch ``reward_model.server`` as Ray actors; the config the workers get (pointing at them)."""
+        from rewardkit.plugins import get_registries
+        from rewardkit.serving import backend_config, start_servers
+        from rewardkit.serving.group import BatchWaker
+        from rewardkit.serving.routing import check_backend
+
+        rm = self.config.reward_model
+        backend_cls = get_registries(self.config.plugins).backends.get(rm.backend)
+        check_backend(rm, backend_cls)
+        colocated = rm.server_placement == "colocated"
+        self._servers = start_servers(
+            rm,
+            get_registries(self.config.plugins),
+            use_ray=True,
+            placement_group=placement_group if colocated else None,
+            bundle_indices=list(bundle_indices) if bundle_indices is not None and colocated else None,
+            plugins=self.config.plugins.model_dump(mode="json"),
+        )
+        self._waker = BatchWaker(self._servers)
+        served = backend_config(rm, self._servers.urls, backend_cls).model_copy(update={"server": None})
+        return self.config.model_copy(update={"reward_model": served})
+
     # -- introspection ---------------------------------------------------------------------------
+    @property
+    def servers(self) -> Any:
+        """The launched reward-model servers (:class:`~rewardkit.serving.ray_group.RayServerGroup`), or ``None``."""
+        return self._servers
+
     @property
     def workers(self) -> list[Any]:
         """The :class:`~rewardkit.ray.worker.RewardLoopWorker` actor handles."""
@@ -253,12 +288,20 @@ class RewardLoopManager:
 
     # -- lifecycle of model replicas -------------------------------------------------------------
     def wake_up(self) -> list[Any]:
-        """``wake_up()`` on every model replica; their states (or errors of dead replicas)."""
-        return self._run(self._models.wake_up()) if self._models else []
+        """``wake_up()`` on every model replica; their states (or errors of dead replicas). With
+        ``reward_model.server``: every server replica's seconds, once all have answered."""
+        out = self._run(self._models.wake_up()) if self._models else []
+        if self._servers is not None:
+            out.extend(self._servers.wake_up().values())
+        return out
 
     def sleep(self) -> list[Any]:
-        """``sleep()`` on every model replica; their states (or errors of dead replicas)."""
-        return self._run(self._models.sleep()) if self._models else []
+        """``sleep()`` on every model replica; their states (or errors of dead replicas). With
+        ``reward_model.server``: every server replica's seconds, once all have answered."""
+        out = self._run(self._models.sleep()) if self._models else []
+        if self._servers is not None:
+            out.extend(self._servers.sleep().values())
+        return out
 
     async def _enter_batch(self) -> None:
         if not self.colocated:
@@ -288,6 +331,8 @@ class RewardLoopManager:
         stats: Counter[str] = Counter()
         results: list[SampleResult] = []
         if batch:
+            if self._waker is not None:
+                await self._waker.enter()  # wakes sleeping servers, or raises ServersAsleepError
             await self._enter_batch()
             try:
                 parts = max(1, self._group.live_workers()) * self.shards_per_worker
@@ -303,12 +348,16 @@ class RewardLoopManager:
                 )
             finally:
                 await self._exit_batch()
+                if self._waker is not None:
+                    await self._waker.exit()
         self.stats.update(stats)
         result = RewardResult.gather(
             results, [s.data_source for s in batch], time.perf_counter() - start, self.config
         )
         result.metrics.update({f"ray/{k}": float(v) for k, v in sorted(stats.items())})
         result.metrics["ray/num_workers"] = float(self._group.live_workers())
+        if self._servers is not None:
+            result.metrics.update({f"rm/server/{k}": v for k, v in self._servers.metrics().items()})
         return result
 
     def _check_open(self) -> None:
@@ -353,6 +402,8 @@ class RewardLoopManager:
             self._group.close()
         if self._models is not None:
             self._models.kill()
+        if self._servers is not None:
+            self._servers.close()
         if self._limiter is not None:
             self._limiter_finalizer()
 

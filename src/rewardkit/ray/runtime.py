@@ -10,6 +10,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardkit.runtime.actors import close_and_kill
 from rewardkit.runtime.loop import LoopThread
 
 __all__ = [
@@ -42,21 +43,6 @@ def ensure_ray(address: str | None = None) -> None:
     elif not os.environ.get("RAY_ADDRESS"):  # Ray itself joins $RAY_ADDRESS when it is set
         kwargs["include_dashboard"] = False
     ray.init(**kwargs)
-
-
-def close_and_kill(handles: list[Any], graceful_timeout_s: float) -> None:
-    """Ask each actor to ``close()`` (best effort, bounded wait), then kill it without restart."""
-    import ray
-
-    try:
-        ray.get([h.close.remote() for h in handles], timeout=graceful_timeout_s)
-    except Exception:  # noqa: BLE001 - a dead actor cannot close
-        pass
-    for h in handles:
-        try:
-            ray.kill(h, no_restart=True)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def crash_errors() -> tuple[type[BaseException], ...]:
