@@ -1,0 +1,180 @@
+"""Maths reward accuracy and speed on labelled real model solutions, next to math-verify used plainly.
+
+Data: ``../shared/data/math-dev/`` beside the repository (or ``$REWARDKIT_SHARED_DATA/math-dev``):
+
+* ``processbench_gsm8k.jsonl``: 400 GSM8K solutions by 12 open models, labelled by people;
+* ``qwen25math_math_cot.jsonl``: 800 MATH solutions labelled by Qwen2.5-Math's rule-based grader.
+
+For every set, in one run: agreement with the labels (accuracy, false negatives, false positives)
+and samples/s in a bare loop, for
+
+* ``rk-math``: rewardkit's ``math`` scorer (default options), and ``rk-math-strict`` (``strict_box=True``);
+* ``rk-gsm8k``: rewardkit's ``gsm8k`` scorer (GSM8K set only);
+* ``mv-plain``: math-verify used plainly: ``verify(parse("\\boxed{gold}"), parse(response))``;
+* ``verl-mv``: verl 0.9.1's ``math_verify`` reward logic run in-process (no process pool), the speed
+  reference (skipped when verl is not importable).
+
+Every disagreement of ``rk-math`` / ``rk-gsm8k`` / ``mv-plain`` with the label is written to
+``--out`` (JSONL: set, id, scorer, label, verdict, gold, what was extracted, response tail).
+
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_math_accuracy.py [--out math_disagreements.jsonl]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """``math-dev`` beside the repository (``../shared/data``), or under ``$REWARDKIT_SHARED_DATA``."""
+    env = os.environ.get("REWARDKIT_SHARED_DATA")
+    base = Path(env) if env else REPO.parent / "shared" / "data"
+    return base / "math-dev"
+
+
+def load(name: str) -> list[dict]:
+    with open(data_dir() / name, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def mv_plain() -> Callable[[str, str], tuple[bool, str]]:
+    """math-verify with its defaults, gold wrapped in ``\\boxed{}`` (timeouts off, as in a worker)."""
+    from math_verify import parse, verify
+
+    def check(response: str, gold: str) -> tuple[bool, str]:
+        if response is None:
+            return False, ""
+        g = parse("\\boxed{" + gold + "}", parsing_timeout=None)
+        p = parse(response, parsing_timeout=None)
+        ok = bool(g and p and verify(g, p, timeout_seconds=None))
+        return ok, str(p[-1]) if p else ""
+
+    return check
+
+
+def verl_mv() -> Callable[[str, str], tuple[bool, str]] | None:
+    """verl's math_verify reward logic in-process, or ``None`` without verl."""
+    try:
+        from verl.utils.reward_score.math_verify import _verify_in_subprocess
+    except Exception:  # noqa: BLE001 - verl is optional here
+        return None
+
+    def check(response: str, gold: str) -> tuple[bool, str]:
+        if response is None:
+            return False, ""
+        return _verify_in_subprocess("\\boxed{" + gold + "}", response) == 1.0, ""
+
+    return check
+
+
+def rk(name: str, **kwargs) -> Callable[[str, str], tuple[bool, str]]:
+    from rewardkit.scorers import gsm8k, math_boxed
+
+    fn = {"math": math_boxed.compute_score, "gsm8k": gsm8k.compute_score}[name]
+
+    def check(response: str, gold: str) -> tuple[bool, str]:
+        if response is None:  # the start of a timed run: nothing cached from an earlier one
+            math_boxed.clear_caches()
+            return False, ""
+        out = fn(response, gold, **kwargs)
+        how = out.get("extracted_by", "")
+        return bool(out["acc"]), f"{how}: {out.get('pred')}" if how else str(out.get("pred"))
+
+    return check
+
+
+def cold(check) -> None:
+    """Forget what earlier runs cached (rewardkit's parse caches, math-verify's and sympy's), so
+    no scorer is timed on another's warm caches."""
+    import sympy.core.cache
+    from math_verify import parser
+
+    check(None, "")
+    for name in dir(parser):
+        fn = getattr(parser, name)
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+    sympy.core.cache.clear_cache()
+
+
+def run(rows: list[dict], check) -> tuple[list[tuple[bool, str]], float]:
+    cold(check)
+    t0 = time.perf_counter()
+    out = [check(r["response"], r["ground_truth"]) for r in rows]
+    return out, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the accuracy / speed table and write the disagreements."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="math_disagreements.jsonl", help="where the disagreements go")
+    ap.add_argument("--repeat", type=int, default=2, help="timed passes per scorer (best kept)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N rows of each set")
+    args = ap.parse_args(argv)
+    if not data_dir().is_dir():
+        print(f"no data at {data_dir()} (set REWARDKIT_SHARED_DATA)", file=sys.stderr)
+        return 2
+    sets = {
+        "processbench_gsm8k": load("processbench_gsm8k.jsonl"),
+        "qwen25math_math_cot": load("qwen25math_math_cot.jsonl"),
+    }
+    scorers: dict[str, Callable | None] = {
+        "rk-math": rk("math"),
+        "rk-math-strict": rk("math", strict_box=True),
+        "rk-gsm8k": rk("gsm8k"),
+        "mv-plain": mv_plain(),
+        "verl-mv": verl_mv(),
+    }
+    dump = {"rk-math", "rk-gsm8k", "mv-plain"}
+    print(f"{'set':22} {'scorer':15} {'agree':>7} {'FN':>4} {'FP':>4} {'samples/s':>10} {'x verl-mv':>9}")
+    with open(args.out, "w", encoding="utf-8") as out:
+        for set_name, rows in sets.items():
+            if args.limit:
+                rows = rows[: args.limit]
+            active = {
+                n: c
+                for n, c in scorers.items()
+                if c is not None and not (n == "rk-gsm8k" and "gsm8k" not in set_name)
+            }
+            # An untimed pass first: it gives the verdicts and warms what a long-lived worker keeps
+            # warm anyway (imports, the LaTeX parser's tables), for every scorer alike.
+            verdicts = {n: run(rows, c)[0] for n, c in active.items()}
+            speed = {n: 0.0 for n in active}
+            for _ in range(args.repeat):  # timed passes, each with cold result caches; best kept
+                for n, c in active.items():
+                    speed[n] = max(speed[n], len(rows) / run(rows, c)[1])
+            for name in active:
+                fn = fp = 0
+                for r, (ok, got) in zip(rows, verdicts[name], strict=True):
+                    if ok == r["label"]:
+                        continue
+                    fn += r["label"]
+                    fp += not r["label"]
+                    if name in dump:
+                        rec = {
+                            "set": set_name,
+                            "id": r["id"],
+                            "scorer": name,
+                            "label": r["label"],
+                            "gold": r["ground_truth"],
+                            "got": got[:200],
+                            "tail": r["response"][-400:],
+                        }
+                        out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                agree = 1 - (fn + fp) / len(rows)
+                ratio = speed[name] / speed["verl-mv"] if "verl-mv" in speed else float("nan")
+                print(f"{set_name:22} {name:15} {agree:7.2%} {fn:4} {fp:4} {speed[name]:10.1f} {ratio:9.2f}")
+    print(f"disagreements: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
