@@ -5,7 +5,8 @@ A scorer is any function. rewardkit passes it the sample fields its signature na
 ``extra_info``, ``sample``) plus the configured keyword arguments, and turns what it returns into
 a :class:`~rewardkit.result.SampleResult`:
 
-* a number or bool → ``ok`` with that score (``nan``/``inf`` → ``failed``, ``invalid_return``)
+* a number or bool → ``ok`` with that score (``nan``/``inf`` → ``failed``, ``invalid_return``; so is
+  text such as ``"1.0"``: a score returned as a string is a bug, not a number)
 * a dict with ``"score"`` → ``ok``; the other keys go to ``extra``
 * ``None`` → ``abstained``
 * an exception (any, including ``BaseException`` subclasses such as math-verify's timeout) →
@@ -268,6 +269,10 @@ def to_result(value: Any) -> SampleResult:
         value = value["score"]
         if value is None:
             return SampleResult.abstained(**extra)
+    if isinstance(value, str | bytes | bytearray):  # "1.0" is text a bug produced, not a score
+        return SampleResult.failed(
+            "invalid_return", f"scorer returned {type(value).__name__} {value!r:.80}, not a number", **extra
+        )
     try:
         score = float(value)
     except (TypeError, ValueError):
