@@ -14,6 +14,10 @@ and samples/s in a bare loop, for
 * ``verl-mv``: verl 0.9.1's ``math_verify`` reward logic run in-process (no process pool), the speed
   reference (skipped when verl is not importable).
 
+Then, per data source verl routes to its own reward (``openai/gsm8k``, ``HuggingFaceH4/MATH-500``,
+``math``, ``aime*``, ``numina_*``): agreement of verl's ``default_compute_score`` and of rewardkit's
+routed scorer with the labels, and on how many rows their verdicts differ.
+
 Every disagreement of ``rk-math`` / ``rk-gsm8k`` / ``mv-plain`` with the label is written to
 ``--out`` (JSONL: set, id, scorer, label, verdict, gold, what was extracted, response tail).
 
@@ -112,11 +116,52 @@ def run(rows: list[dict], check) -> tuple[list[tuple[bool, str]], float]:
     return out, time.perf_counter() - t0
 
 
+#: (data source, dev set): verl 0.9.1 routes each data source to its own reward; rewardkit to its scorer.
+VERL_ROUTES = [
+    ("openai/gsm8k", "processbench_gsm8k"),
+    ("HuggingFaceH4/MATH-500", "qwen25math_math_cot"),
+    ("math", "qwen25math_math_cot"),
+    ("aime2024", "qwen25math_math_cot"),
+    ("aime2024", "processbench_gsm8k"),
+    ("numina_olympiads", "qwen25math_math_cot"),
+]
+
+
+def verl_routing(sets: dict[str, list[dict]]) -> None:
+    """Per data source: verl's ``default_compute_score`` against rewardkit's routed scorer."""
+    try:
+        from verl.utils.reward_score import default_compute_score
+    except Exception as e:  # noqa: BLE001 - verl is optional here
+        print(f"verl routing: skipped ({type(e).__name__}: {e})")
+        return
+    from rewardkit.plugins import get_registries
+
+    registry = get_registries().scorers
+    print(
+        f"\n{'data source':24} {'set':20} {'rk scorer':10} {'verl agree':>10} {'rk agree':>8} {'differ':>6}"
+    )
+    for ds, set_name in VERL_ROUTES:
+        rows = sets[set_name]
+        name = registry.name_for(ds)
+        fn = registry.get(name).fn
+        v_ok = r_ok = differ = 0
+        for r in rows:
+            theirs = default_compute_score(ds, r["response"], r["ground_truth"])
+            theirs = theirs["acc"] if isinstance(theirs, dict) else theirs > 0
+            ours = bool(fn(r["response"], r["ground_truth"])["acc"])
+            v_ok += bool(theirs) == r["label"]
+            r_ok += ours == r["label"]
+            differ += bool(theirs) != ours
+        n = len(rows)
+        print(f"{ds:24} {set_name[:20]:20} {name:10} {v_ok / n:10.2%} {r_ok / n:8.2%} {differ:6}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the accuracy / speed table and write the disagreements."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="math_disagreements.jsonl", help="where the disagreements go")
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per scorer (best kept)")
+    ap.add_argument("--no-verl-routing", action="store_true", help="skip the per-data-source verl table")
     ap.add_argument("--limit", type=int, default=0, help="only the first N rows of each set")
     args = ap.parse_args(argv)
     if not data_dir().is_dir():
@@ -173,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = speed[name] / speed["verl-mv"] if "verl-mv" in speed else float("nan")
                 print(f"{set_name:22} {name:15} {agree:7.2%} {fn:4} {fp:4} {speed[name]:10.1f} {ratio:9.2f}")
     print(f"disagreements: {args.out}")
+    if not args.no_verl_routing:
+        verl_routing(sets)
     return 0
 
 
