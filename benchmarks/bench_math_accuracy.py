@@ -16,7 +16,8 @@ and samples/s in a bare loop, for
 
 Then, per data source verl routes to its own reward (``openai/gsm8k``, ``HuggingFaceH4/MATH-500``,
 ``math``, ``aime*``, ``numina_*``): agreement of verl's ``default_compute_score`` and of rewardkit's
-routed scorer with the labels, and on how many rows their verdicts differ.
+routed scorer with the labels, and on how many rows their verdicts differ. Last, the ``math``
+scorer through the ``process`` executor with ``--workers`` warm workers, as a ratio of a bare loop.
 
 Every disagreement of ``rk-math`` / ``rk-gsm8k`` / ``mv-plain`` with the label is written to
 ``--out`` (JSONL: set, id, scorer, label, verdict, gold, what was extracted, response tail).
@@ -156,12 +157,45 @@ def verl_routing(sets: dict[str, list[dict]]) -> None:
         print(f"{ds:24} {set_name[:20]:20} {name:10} {v_ok / n:10.2%} {r_ok / n:8.2%} {differ:6}")
 
 
+def executor_ratio(rows: list[dict], workers: int) -> None:
+    """The ``math`` scorer through the ``process`` executor (warm workers) against a bare loop.
+
+    Both are warmed on other (synthetic) answers first, so neither scores the dev rows from a warm
+    cache; the ratio is the executor's throughput over the one-process loop's.
+    """
+    from rewardkit import RewardEngine
+    from rewardkit.scorers import math_boxed
+
+    warm = [
+        {"response": f"so \\boxed{{\\frac{{{i}}}{{7}}}}", "ground_truth": f"{i}/7", "data_source": "math"}
+        for i in range(1, 200)
+    ]
+    batch = [{"response": r["response"], "ground_truth": r["ground_truth"], "data_source": "math"} for r in rows]
+    math_boxed.clear_caches()
+    for w in warm:
+        math_boxed.compute_score(w["response"], w["ground_truth"])
+    t0 = time.perf_counter()
+    loop_acc = [math_boxed.compute_score(b["response"], b["ground_truth"])["acc"] for b in batch]
+    loop_s = time.perf_counter() - t0
+    with RewardEngine({"executor": "process", "num_workers": workers, "timeout_s": 30}) as engine:
+        engine.compute(warm)  # starts the workers and warms them
+        t0 = time.perf_counter()
+        result = engine.compute(batch)
+        pool_s = time.perf_counter() - t0
+    same = sum((s == 1.0) == a for s, a in zip(result.scores, loop_acc, strict=True))
+    print(
+        f"\nprocess executor, {workers} workers, {len(batch)} samples: {len(batch) / pool_s:.1f}/s against "
+        f"{len(batch) / loop_s:.1f}/s in a bare loop: {loop_s / pool_s:.2f}x ({same}/{len(batch)} same verdicts)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the accuracy / speed table and write the disagreements."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="math_disagreements.jsonl", help="where the disagreements go")
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per scorer (best kept)")
     ap.add_argument("--no-verl-routing", action="store_true", help="skip the per-data-source verl table")
+    ap.add_argument("--workers", type=int, default=2, help="process-executor workers (0: skip that part)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N rows of each set")
     args = ap.parse_args(argv)
     if not data_dir().is_dir():
@@ -220,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"disagreements: {args.out}")
     if not args.no_verl_routing:
         verl_routing(sets)
+    if args.workers:
+        executor_ratio([r for rows in sets.values() for r in rows], args.workers)
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Competition maths (MATH, MATH-500, AIME, NuminaMath): the last boxed answer, checked with math-verify.
+"""Competition maths (MATH, MATH-500, NuminaMath...): the final answer, checked with math-verify.
 
-The answer is the content of the last ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N`` (balanced,
-nested braces). Equivalence is decided by `math-verify <https://github.com/huggingface/Math-Verify>`_
+The answer is found as a careful grader would (:func:`extract_answer`): the last box (several boxes
+in the final sentence are one tuple), else the final-answer sentence, else a concluding "Therefore
+... is X", else math-verify's own extraction of the response's end; the rule is reported as
+``extracted_by``. Equivalence is decided by `math-verify <https://github.com/huggingface/Math-Verify>`_
 (``\\frac{1}{2}`` = ``0.5`` = ``1/2``, ``x=3`` = ``3``, ``[1,3)`` = ``[1, 3)``, sets in any order...),
 never by ad-hoc string rules. math-verify's own signal-based timeouts are switched off so the scorer
 works on any thread and in any worker process; the executor's deadline stops a runaway comparison.
