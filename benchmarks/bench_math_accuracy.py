@@ -170,7 +170,9 @@ def executor_ratio(rows: list[dict], workers: int) -> None:
         {"response": f"so \\boxed{{\\frac{{{i}}}{{7}}}}", "ground_truth": f"{i}/7", "data_source": "math"}
         for i in range(1, 200)
     ]
-    batch = [{"response": r["response"], "ground_truth": r["ground_truth"], "data_source": "math"} for r in rows]
+    batch = [
+        {"response": r["response"], "ground_truth": r["ground_truth"], "data_source": "math"} for r in rows
+    ]
     math_boxed.clear_caches()
     for w in warm:
         math_boxed.compute_score(w["response"], w["ground_truth"])
