@@ -31,6 +31,9 @@ def graded(response: str, gold: str, **kwargs) -> tuple[bool, str | None]:
         ("Thus the total cost will be \\$324.", "324", "conclusion"),
         ("Therefore, it holds: \\[ V = 20 \\times 2 = 40 \\text{ cubic inches} \\]", "40", "conclusion"),
         ("So, after all that, Raymond has $8 left.", "8", "conclusion"),
+        ("So she earned \\$1,250 in total.", "1250", "conclusion"),  # an escaped dollar is currency
+        ("The final answer is 1,234.", "1234", "answer_sentence"),
+        ("Answer: $(1; 2)$ and that is all", "(1;2)", "answer_sentence"),  # ";" does not end a sentence
         ("We measure it with a protractor: the angle is 45°", "45", "math_verify"),
         ("Adding up gives $x = 5$", "5", "math_verify"),
     ],
@@ -137,3 +140,10 @@ def test_each_distinct_answer_and_gold_is_parsed_once():
     boxed, free = math_boxed._parse_boxed.cache_info(), math_boxed._parse_free.cache_info()
     assert boxed.misses == 2 and free.misses == 1  # gold + one box; one answer sentence
     assert math_boxed._verdict.cache_info().misses == 2
+
+
+def test_matrix_answers_are_verified_though_not_hashable():
+    gold = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+    assert graded(f"\\boxed{{{gold}}}", gold) == (True, "boxed")
+    assert graded("\\boxed{\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}}", gold) == (False, "boxed")
+    assert graded(f"The final answer is ${gold}$.", gold) == (True, "answer_sentence")

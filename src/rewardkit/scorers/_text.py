@@ -95,8 +95,8 @@ def boxes(text: str) -> list[tuple[int, int, str]]:
             pos = j
 
 
-# Where a sentence may end: a line break, or ". " / "! " / "? " / a final stop.
-_SENTENCE_END = re.compile(r"\n|[.!?;](?=\s|$)")
+# Where a sentence may end: a line break, or ". " / "! " / "? " / a final stop ("x=1; y=2" is one).
+_SENTENCE_END = re.compile(r"\n|[.!?](?=\s|$)")
 _CURRENCY = re.compile(r"(?<!\\)\$\d")
 _MATH_OPENERS = (("\\[", "\\]"), ("\\(", "\\)"))
 

@@ -97,7 +97,9 @@ def _parse_free(text: str) -> tuple:
         return fast
     mv = _math_verify()
     targets = (mv.LatexExtractionConfig(), mv.ExprExtractionConfig())
-    return tuple(mv.parse(text.replace("°", "^{\\circ}"), targets, parsing_timeout=None))
+    # "\\$" in prose is a dollar sign, not a delimiter: math-verify's expression search skips "\\$1,250"
+    text = text.replace("°", "^{\\circ}").replace("\\$", "")
+    return tuple(mv.parse(text, targets, parsing_timeout=None))
 
 
 def gold_answers(ground_truth: Any) -> list[str]:
@@ -230,10 +232,18 @@ def _verdict(gold: str, pred: tuple) -> bool:
     return bool(mv.verify(parsed_gold, list(pred), timeout_seconds=None))
 
 
+def _check(gold: str, pred: tuple) -> bool:
+    try:
+        hash(pred)
+    except TypeError:  # a matrix answer (sympy's mutable Matrix): verified, not cached
+        return _verdict.__wrapped__(gold, pred)
+    return _verdict(gold, pred)
+
+
 def is_equivalent(gold: str, pred: str) -> bool:
     """Whether the boxed-style answer ``pred`` is equivalent to ``gold`` according to math-verify."""
     parsed = _parse_boxed(pred)
-    return bool(parsed) and _verdict(gold, parsed)
+    return bool(parsed) and _check(gold, parsed)
 
 
 def compute_score(
@@ -257,6 +267,6 @@ def compute_score(
     if not candidates:
         return {"score": float(wrong_score), "acc": False, "pred": None, "extracted_by": None}
     text, rule, parsed = candidates[0]
-    acc = any(_verdict(g, parsed) for g in golds)
+    acc = any(_check(g, parsed) for g in golds)
     score = correct_score if acc else wrong_score
     return {"score": float(score), "acc": acc, "pred": truncate(text.strip()), "extracted_by": rule}
