@@ -147,3 +147,9 @@ def test_matrix_answers_are_verified_though_not_hashable():
     assert graded(f"\\boxed{{{gold}}}", gold) == (True, "boxed")
     assert graded("\\boxed{\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}}", gold) == (False, "boxed")
     assert graded(f"The final answer is ${gold}$.", gold) == (True, "answer_sentence")
+
+
+@pytest.mark.parametrize(("gold", "answer"), [("\\text{on}", "\\text{no}"), ("\\text{even}", "\\text{evne}")])
+def test_words_in_text_stay_words_not_products_of_letters(gold, answer):
+    assert graded(f"\\boxed{{{answer}}}", gold) == (False, "boxed")
+    assert graded(f"\\boxed{{{gold}}}", gold) == (True, "boxed")

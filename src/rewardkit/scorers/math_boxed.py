@@ -37,17 +37,19 @@ def _math_verify():
     return math_verify
 
 
-# Decorations math-verify's normalisation does not cover: a whole answer wrapped in \text{}
-# (``\text{A,D}``, else read as one word), the degree sign, a stray backslash before a number
+# Decorations math-verify's normalisation does not cover: a list of choices wrapped in \text{}
+# (``\text{A,D}``, else read as one word; other words stay text: unwrapped, ``no`` would be the
+# product n*o and equal ``on``), the degree sign, a stray backslash before a number
 # (``\15``, a lost ``\$``). Everything else (units in \text{}, ^\circ, \dfrac, \tfrac, \left,
 # thousands separators...) is left to math-verify's own NormalizationConfig, on both sides.
 _TEXT_WRAPPER = re.compile(r"^\s*\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}\s*\.?\s*$")
+_CHOICES = re.compile(r"\s*\(?[A-Za-z]\)?\s*(?:(?:,|and)\s*\(?[A-Za-z]\)?\s*)+")
 _STRAY_BACKSLASH = re.compile(r"(?<!\\)\\(?=\d)")
 
 
 def _clean(text: str) -> str:
     m = _TEXT_WRAPPER.match(text)
-    if m:
+    if m and _CHOICES.fullmatch(m.group(1)):
         text = m.group(1)
     return _STRAY_BACKSLASH.sub("", text.replace("°", "^{\\circ}"))
 
