@@ -153,3 +153,7 @@ def test_matrix_answers_are_verified_though_not_hashable():
 def test_words_in_text_stay_words_not_products_of_letters(gold, answer):
     assert graded(f"\\boxed{{{answer}}}", gold) == (False, "boxed")
     assert graded(f"\\boxed{{{gold}}}", gold) == (True, "boxed")
+
+
+def test_trailing_blank_lines_do_not_hide_the_last_paragraph():
+    assert graded("Work.\n\nTherefore, the value of \\(d\\) is \\(3\\).\n\n\n", "3") == (True, "conclusion")

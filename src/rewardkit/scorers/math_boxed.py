@@ -169,8 +169,8 @@ def _final_boxes(text: str) -> tuple[str, str] | None:
     return ", ".join(parts), "boxed_multi"
 
 
-def extract_answer(response: str, strict_box: bool = False) -> list[tuple[str, str, tuple]]:
-    """Candidate final answers of ``response`` as ``(text, rule, parsed)``, the preferred first.
+def extract_answer(response: str, strict_box: bool = False) -> tuple[str, str, tuple] | None:
+    """The final answer of ``response`` as ``(text, rule, parsed)``, or ``None``.
 
     Rules, in order: the last box (``boxed``; several boxes in the final sentence are one tuple,
     ``boxed_multi``); the last final-answer sentence (``answer_sentence``: "The final answer is",
@@ -179,15 +179,14 @@ def extract_answer(response: str, strict_box: bool = False) -> list[tuple[str, s
     (``math_verify``). A rule whose text math-verify cannot parse gives way to the next one.
     ``strict_box=True`` keeps only the box rules.
     """
-    out: list[tuple[str, str, tuple]] = []
     boxed = _final_boxes(response)
     if boxed is not None:
         parsed = _parse_boxed(boxed[0])
         if parsed:
-            out.append((boxed[0], boxed[1], parsed))
-    if strict_box or out:
-        return out
-    tail = response[-TAIL_CHARS:]
+            return boxed[0], boxed[1], parsed
+    if strict_box:
+        return None
+    tail = response[-TAIL_CHARS:].rstrip()
     last = None
     for m in _FINAL_ANSWER.finditer(tail):
         last = m
@@ -195,8 +194,8 @@ def extract_answer(response: str, strict_box: bool = False) -> list[tuple[str, s
         sentence = first_sentence(tail[last.end() :]).strip(" \t\n*:")
         parsed = _parse_answer(sentence) if sentence else ()
         if parsed:
-            return [(sentence, "answer_sentence", parsed)]
-    paragraph = tail[tail.rfind("\n\n") + 1 :] if "\n\n" in tail.rstrip() else tail
+            return sentence, "answer_sentence", parsed
+    paragraph = tail[tail.rfind("\n\n") + 1 :]  # the whole tail when it is one paragraph
     conclusion = None
     for m in _CONCLUSION.finditer(paragraph):
         conclusion = m
@@ -210,11 +209,11 @@ def extract_answer(response: str, strict_box: bool = False) -> list[tuple[str, s
             answer = (sentence[verb.end() :] if verb is not None else sentence).strip(" \t\n*:,")
             parsed = _parse_answer(answer) if answer else ()
             if parsed:
-                return [(answer, "conclusion", parsed)]
+                return answer, "conclusion", parsed
     parsed = _parse_free(tail)
     if parsed:
-        return [(str(parsed[-1]), "math_verify", parsed)]
-    return []
+        return str(parsed[-1]), "math_verify", parsed
+    return None
 
 
 def _is_int_pair(parsed) -> bool:
@@ -265,10 +264,10 @@ def compute_score(
     for g in golds:  # an unusable reference is the data's fault: say so rather than score 0
         if not _parse_boxed(g):
             raise ValueError(f"math: math-verify cannot parse the ground truth {truncate(g, 80)!r}")
-    candidates = extract_answer(response or "", strict_box=strict_box)
-    if not candidates:
+    found = extract_answer(response or "", strict_box=strict_box)
+    if found is None:
         return {"score": float(wrong_score), "acc": False, "pred": None, "extracted_by": None}
-    text, rule, parsed = candidates[0]
+    text, rule, parsed = found
     acc = any(_check(g, parsed) for g in golds)
     score = correct_score if acc else wrong_score
     return {"score": float(score), "acc": acc, "pred": truncate(text.strip()), "extracted_by": rule}
