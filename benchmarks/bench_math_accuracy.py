@@ -22,7 +22,8 @@ scorer through the ``process`` executor with ``--workers`` warm workers, as a ra
 Every disagreement of ``rk-math`` / ``rk-gsm8k`` / ``mv-plain`` with the label is written to
 ``--out`` (JSONL: set, id, scorer, label, verdict, gold, what was extracted, response tail).
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_math_accuracy.py [--out math_disagreements.jsonl]``
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_math_accuracy.py [--out FILE] [--workers 2] [--repeat 2]``
+(``--out`` defaults to ``math_disagreements.jsonl`` in the temporary directory).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,7 +196,8 @@ def executor_ratio(rows: list[dict], workers: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Print the accuracy / speed table and write the disagreements."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="math_disagreements.jsonl", help="where the disagreements go")
+    default_out = os.path.join(tempfile.gettempdir(), "math_disagreements.jsonl")
+    ap.add_argument("--out", default=default_out, help="where the disagreements go (JSONL)")
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per scorer (best kept)")
     ap.add_argument("--no-verl-routing", action="store_true", help="skip the per-data-source verl table")
     ap.add_argument("--workers", type=int, default=2, help="process-executor workers (0: skip that part)")
