@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import numbers
 import os
 import sys
 import threading
@@ -258,6 +259,14 @@ def to_result(value: Any) -> SampleResult:
     if value is None:
         return SampleResult.abstained()
     if isinstance(value, SampleResult):
+        if value.status == "ok" and not (
+            isinstance(value.score, numbers.Real)
+            and not isinstance(value.score, bool)
+            and math.isfinite(value.score)
+        ):
+            return SampleResult.failed(
+                "invalid_return", f"scorer returned an ok SampleResult with score {value.score!r:.80}"
+            )
         return value
     extra: dict[str, Any] = {}
     if isinstance(value, Mapping):

@@ -82,3 +82,12 @@ def test_last_int_does_not_read_part_of_a_number(text):
 def test_other_parsers_reject_non_numbers(spec, text):
     with pytest.raises(ParseError):
         build_parser(spec)(text)
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "1.0", None])
+def test_an_ok_result_object_with_a_bad_score_is_invalid_return(score):
+    from rewardkit.result import SampleResult
+
+    r = to_result(SampleResult(score=score, status="ok"))
+    assert (r.status, r.reason) == ("failed", "invalid_return")
+    assert to_result(SampleResult.ok(0.5)).score == 0.5  # a good one passes through
