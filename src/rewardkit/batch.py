@@ -107,8 +107,8 @@ def to_sample(record: Any, index: int) -> Sample:
         rfield = "solution_str"
     else:
         raise SampleError(index, "response", "missing (every sample needs the model's response)")
-    if response is None:
-        response = ""
+    if response is None:  # a lost generation, not an empty one: scoring it would hide the bug
+        raise SampleError(index, rfield, "is None (an empty response is the string '')")
     if not isinstance(response, str):
         raise SampleError(index, rfield, f"must be a string, got {type(response).__name__}")
 

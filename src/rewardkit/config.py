@@ -8,6 +8,7 @@ Legacy verl keys (``reward_model.reward_manager`` and friends) are turned into t
 
 from __future__ import annotations
 
+import math
 import os
 import typing
 from collections.abc import Mapping
@@ -64,6 +65,17 @@ class CustomRewardFunctionConfig(_Model):
     reward_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+#: The largest weight a reward component may have: rewards are O(1), a bigger weight is a typo,
+#: and it lets a sum of finite scores overflow to inf.
+MAX_WEIGHT = 1e6
+
+
+def _check_weight(value: float) -> float:
+    if not math.isfinite(value) or abs(value) > MAX_WEIGHT:
+        raise ValueError(f"weight must be a finite number within ±{MAX_WEIGHT:g}")
+    return value
+
+
 class ScorerEntry(_Model):
     """One component of a composite reward: a registered scorer, its weight and options."""
 
@@ -71,6 +83,11 @@ class ScorerEntry(_Model):
     weight: float = 1.0
     kwargs: dict[str, Any] = Field(default_factory=dict)
     alias: str | None = None
+
+    @field_validator("weight")
+    @classmethod
+    def _finite_weight(cls, v: float) -> float:
+        return _check_weight(v)
 
     @property
     def key(self) -> str:
@@ -137,6 +154,12 @@ class RewardModelConfig(_Model):
     nnodes: int = 0
     weight: float = 1.0
     offload: bool = False
+
+    @field_validator("weight")
+    @classmethod
+    def _finite_weight(cls, v: float) -> float:
+        return _check_weight(v)
+
     rollout: dict[str, Any] = Field(default_factory=dict)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     server: ServerConfig | None = None

@@ -5,7 +5,8 @@ A scorer is any function. rewardkit passes it the sample fields its signature na
 ``extra_info``, ``sample``) plus the configured keyword arguments, and turns what it returns into
 a :class:`~rewardkit.result.SampleResult`:
 
-* a number or bool → ``ok`` with that score (``nan``/``inf`` → ``failed``, ``invalid_return``)
+* a number or bool → ``ok`` with that score (``nan``/``inf`` → ``failed``, ``invalid_return``; so is
+  text such as ``"1.0"``: a score returned as a string is a bug, not a number)
 * a dict with ``"score"`` → ``ok``; the other keys go to ``extra``
 * ``None`` → ``abstained``
 * an exception (any, including ``BaseException`` subclasses such as math-verify's timeout) →
@@ -25,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import numbers
 import os
 import sys
 import threading
@@ -257,6 +259,14 @@ def to_result(value: Any) -> SampleResult:
     if value is None:
         return SampleResult.abstained()
     if isinstance(value, SampleResult):
+        if value.status == "ok" and not (
+            isinstance(value.score, numbers.Real)
+            and not isinstance(value.score, bool)
+            and math.isfinite(value.score)
+        ):
+            return SampleResult.failed(
+                "invalid_return", f"scorer returned an ok SampleResult with score {value.score!r:.80}"
+            )
         return value
     extra: dict[str, Any] = {}
     if isinstance(value, Mapping):
@@ -268,6 +278,10 @@ def to_result(value: Any) -> SampleResult:
         value = value["score"]
         if value is None:
             return SampleResult.abstained(**extra)
+    if isinstance(value, str | bytes | bytearray):  # "1.0" is text a bug produced, not a score
+        return SampleResult.failed(
+            "invalid_return", f"scorer returned {type(value).__name__} {value!r:.80}, not a number", **extra
+        )
     try:
         score = float(value)
     except (TypeError, ValueError):

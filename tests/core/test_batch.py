@@ -74,8 +74,9 @@ def test_non_dict_record_and_non_list_batch():
         to_samples({"response": "r"})
 
 
-def test_none_response_is_empty_string_and_empty_batch():
-    assert to_samples([{"response": None}])[0].response == ""
+def test_none_response_is_a_sample_error_and_empty_batch():
+    with pytest.raises(SampleError, match="response"):
+        to_samples([{"response": None}])
     assert to_samples([]) == []
 
 

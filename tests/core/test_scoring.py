@@ -95,7 +95,7 @@ def test_exceptions_become_typed_failures_never_zero(fn):
         (None, "abstained", None, None),
         ({"score": None, "why": "n/a"}, "abstained", None, None),
         ({"acc": 1}, "failed", None, "invalid_return"),
-        ("1.5", "ok", 1.5, None),  # a numeric string is a number
+        ("1.5", "failed", None, "invalid_return"),  # text is not a score, even when it looks like one
         ("high", "failed", None, "invalid_return"),
         (float("nan"), "failed", None, "invalid_return"),
         (float("inf"), "failed", None, "invalid_return"),

@@ -143,3 +143,30 @@ def test_dedup_and_process_workers(engine, tmp_path):
     assert len(lines) == 3  # identical (response, ground_truth, extra_info) scored once
     assert result.scores == [1.0 if i % 3 == 0 else 0.0 for i in range(32)]
     assert result.components["t_half"] == [0.5] * 32
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -float("inf"), 1e308, -1e7])
+def test_non_finite_or_huge_weights_are_config_errors(engine, weight):
+    with pytest.raises(ConfigError, match="weight must be a finite number"):
+        engine(composite({"name": "t_half", "weight": weight}))
+    with pytest.raises(ConfigError, match="weight must be a finite number"):
+        engine({"scorers": {"t_half": weight}})  # the {name: weight} shorthand too
+
+
+def test_a_sum_that_overflows_is_a_failed_sample_not_ok_inf(engine, tmp_path):
+    """Each component is finite (1e308) but their sum is inf: the sample fails, naming the parts."""
+    path = tmp_path / "huge.py"
+    path.write_text("def compute_score(response):\n    return 1e308 if response == 'big' else 1.0\n")
+    cfg = composite(
+        {"name": "custom_reward_function", "alias": "a"},
+        {"name": "custom_reward_function", "alias": "b"},
+        custom_reward_function={"path": str(path)},
+    )
+    result = engine(cfg).compute([{"response": "big"}, {"response": "small"}])
+    assert result.status == ["failed", "ok"]
+    assert (
+        result.reasons[0] == "invalid_total"
+        and "inf" in result.errors[0]
+        and "a=1*1e+308" in result.errors[0]
+    )
+    assert result.scores[1] == 2.0 and not math.isfinite(result.scores[0])

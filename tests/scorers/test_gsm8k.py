@@ -119,3 +119,11 @@ def test_huge_responses_return_quickly(response):
     out = compute_score(response, "7")
     assert out["acc"] is False
     assert time.perf_counter() - start < 10
+
+
+def test_a_negative_dollar_amount_is_negative():
+    """ProcessBench gsm8k-6: ``\\boxed{-$15}`` for a gold of 15 is wrong, not a match on ``15``."""
+    assert compute_score("I will answer the opposite. \\boxed{-$15}", "15")["acc"] is False
+    assert compute_score("\\boxed{-$15}", "-15")["acc"] is True
+    assert compute_score("#### -$15", "-15")["acc"] is True
+    assert compute_score("costs $20 - $5 = $15", "15")["acc"] is True

@@ -50,18 +50,19 @@ def test_only_the_last_300_characters_count():
     assert compute_score("x" * 400 + "\nAnswer: 5", "5")["acc"]
 
 
-def test_a_box_without_answer_line_is_wrong_as_in_verl():
-    assert compute_score("so \\boxed{12}", "12") == {"score": -1.0, "acc": False, "pred": INVALID}
+def test_a_box_in_the_last_100_characters_counts_as_in_verl_0_9_1():
+    assert compute_score("so \\boxed{12}", "12") == {"score": 1.0, "acc": True, "pred": "12"}
+    assert not compute_score("\\boxed{12}" + "y" * 150, "12")["acc"]
+    assert compute_score("\\boxed{12}\nAnswer: 13", "13")["acc"]  # the line wins
+    assert not compute_score("\\boxed{12.0}", "12")["acc"]  # the box is compared as written
 
 
-def test_opt_in_boxed_fallback_in_last_100_characters():
-    assert compute_score("so \\boxed{12}", "12", boxed_fallback=True) == {
-        "score": 1.0,
-        "acc": True,
-        "pred": "12",
+def test_boxed_fallback_off_is_older_verl():
+    assert compute_score("so \\boxed{12}", "12", boxed_fallback=False) == {
+        "score": -1.0,
+        "acc": False,
+        "pred": INVALID,
     }
-    assert not compute_score("\\boxed{12}" + "y" * 150, "12", boxed_fallback=True)["acc"]
-    assert compute_score("\\boxed{12}\nAnswer: 13", "13", boxed_fallback=True)["acc"]  # the line wins
 
 
 def test_strict_box_verify_compares_raw():
@@ -81,3 +82,28 @@ def test_empty_unicode_and_bad_ground_truth():
 
 def test_huge_response():
     assert compute_score("1" * 1_000_000 + "\nAnswer: 2", "2")["acc"]
+
+
+VERL_CASES = [
+    ("Answer: 7", "7"),
+    ("so \\boxed{7}", "7"),
+    ("so \\boxed{7.0}", "7"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac12"),
+    ("Answer: \\frac12", "\\frac{1}{2}"),
+    ("Answer: 3\nanswer: 4", "4"),
+    ("x" * 400 + "\\boxed{9}", "9"),
+    ("\\boxed{9}" + "x" * 150, "9"),
+    ("Answer: 10 dollars", "10"),
+    ("", "1"),
+    ("no answer at all", "[INVALID]"),
+]
+
+
+@pytest.mark.parametrize(("response", "gold"), VERL_CASES)
+@pytest.mark.parametrize("strict", [False, True])
+def test_same_verdicts_as_verls_own_math_dapo(response, gold, strict):
+    verl = pytest.importorskip("verl.utils.reward_score.math_dapo")
+    theirs = verl.compute_score(response, gold, strict_box_verify=strict)
+    ours = compute_score(response, gold, strict_box_verify=strict)
+    assert (ours["score"], ours["acc"]) == (theirs["score"], theirs["acc"])
+    assert ours["pred"] == (INVALID if theirs["pred"] is None else theirs["pred"])

@@ -17,7 +17,8 @@ ROUTES = {
     "DigitalLearningGmbH/MATH-lighteval": "math",
     "HuggingFaceH4/MATH-500": "math",
     "math": "math",
-    "aime2024": "math",
+    "aime2024": "math_dapo",  # as verl routes it
+    "aime_2025": "math_dapo",
     "numina_olympiads": "math",
     "math_dapo": "math_dapo",
     "math_dapo_reasoning": "math_dapo",

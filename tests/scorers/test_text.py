@@ -86,3 +86,26 @@ def test_helpers_are_linear_on_huge_inputs(text):
     last_boxed(text)
     last_number(text)
     assert time.perf_counter() - start < 10  # linear: milliseconds; catastrophic backtracking: hours
+
+
+def test_boxes_lists_every_balanced_box_in_order():
+    from rewardkit.scorers._text import boxes
+
+    text = "a \\boxed{1} b \\fbox{2} c \\boxed{\\frac{1}{\\boxed{3}}} d \\boxed 4 e \\boxedx"
+    assert [c for _s, _e, c in boxes(text)] == ["1", "2", "\\frac{1}{\\boxed{3}}", "4"]
+    start, end, _ = boxes(text)[0]
+    assert text[start:end] == "\\boxed{1}"
+    assert boxes("\\boxed{1} \\boxed{2") == [(0, 9, "1")]  # an unbalanced box ends the scan
+    assert boxes("") == [] and boxes("no box") == []
+    assert len(boxes("\\boxed{1}" * 100_000)) == 100_000  # linear
+
+
+def test_first_sentence_skips_stops_inside_maths():
+    from rewardkit.scorers._text import first_sentence
+
+    assert first_sentence(" $16\\pi$. I hope it is correct.") == " $16\\pi$"
+    assert first_sentence(" \\(3.5\\). Next") == " \\(3.5\\)"
+    assert first_sentence(":\n\\[ x = 1. \\]\nDone.") == ":\n\\[ x = 1. \\]"
+    assert first_sentence(" Verna received $7.00 in change. Bye") == " Verna received $7.00 in change"
+    assert first_sentence("no stop at all") == "no stop at all"
+    assert len(first_sentence("x" * 10_000)) == 400

@@ -2,8 +2,9 @@
 
 Built-ins (configured as a name, or ``{"name": ..., **options}``):
 
-* ``score_line``: the number on the last ``Score: N`` line (``Score: 7/10``, ``**Score:** 8`` work too)
-* ``last_int``: the last integer in the text
+* ``score_line``: the number on the ``Score: N`` line (``Score: 7/10``, ``**Score:** 8`` work too); a
+  malformed number (``1e2``, ``1,000``, ``0x10``) or several lines with different scores are an error
+* ``last_int``: the last integer in the text (``1,000``, ``1e2``, ``0x10`` are not integers)
 * ``json``: a field of the last JSON object (a ```json block is preferred); option ``field``
   (default ``"score"``, dotted paths allowed)
 * ``yes_no``: the last of the words ``yes`` / ``no`` (options ``yes``, ``no``: word lists;
@@ -27,8 +28,11 @@ from rewardkit.errors import ConfigError
 Parser = Callable[[str], float]
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
-_SCORE_LINE = re.compile(rf"\bscore\b\**\s*[:=]\s*\**\s*({_NUMBER})", re.IGNORECASE)
-_INT = re.compile(r"(?<![\w.])[-+]?\d+(?![\w.]|\.\d)")
+# A number ends at a word boundary: "1e2", "1,000", "0x10", "7.5.1" are not the number 1, 1, 0, 7.5.
+_END = r"(?![\w]|[.,]\d)"
+_SCORE_KEY = re.compile(r"\bscore\b\**\s*[:=]\s*\**\s*", re.IGNORECASE)
+_PLAIN_NUMBER = re.compile(_NUMBER + _END)
+_INT = re.compile(r"(?<![\w.])(?<!\d,)[-+]?\d+" + _END)
 _JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -49,13 +53,29 @@ def _to_float(value: Any, what: str) -> float:
 
 
 def score_line() -> Parser:
-    """The number on the last ``Score:`` line."""
+    """The number on the ``Score:`` line; several lines must agree.
+
+    The number must be a plain decimal that ends there: ``Score: 1e2``, ``Score: 1,000`` or
+    ``score: 0x10`` are not read as 1, 1 or 0 but rejected, and so is a second ``Score:`` with
+    another value later in the text (which one did the judge mean?).
+    """
 
     def parse(text: str) -> float:
-        found = _SCORE_LINE.findall(text)
-        if not found:
+        values: list[float] = []
+        for key in _SCORE_KEY.finditer(text):
+            m = _PLAIN_NUMBER.match(text, key.end())
+            if m is None:
+                token = text[key.end() : key.end() + 20].split(maxsplit=1)
+                if token and token[0][0] in "0123456789+-":
+                    raise ParseError(f"judge score {token[0]!r:.30} is not a plain number")
+                continue  # "score: (see below)" and the like: prose, not a score
+            values.append(_to_float(m.group(), "judge score"))
+        if not values:
             raise ParseError("no 'Score: N' line in the judge's answer")
-        return float(found[-1])
+        if len(set(values)) > 1:
+            shown = ", ".join(f"{v:g}" for v in values[:5])
+            raise ParseError(f"the judge's answer gives several different scores ({shown})")
+        return values[-1]
 
     return parse
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -164,6 +165,9 @@ def combine(parts: Sequence[tuple[str, float, SampleResult]]) -> SampleResult:
         )
     elif counted == 0:
         out = SampleResult.abstained(**extra)
+    elif not math.isfinite(total):  # finite parts, huge weights: never report inf or nan as ok
+        shown = ", ".join(f"{n}={w:g}*{r.score:g}" for n, w, r in parts if r.status == "ok" and w != 0)
+        out = SampleResult.failed("invalid_total", f"weighted sum is {total} ({shown})", **extra)
     else:
         out = SampleResult(total, "ok", extra=extra)
     out.components = components

@@ -14,10 +14,10 @@ DATA_SOURCES = {
         "DigitalLearningGmbH/MATH-lighteval",
         "HuggingFaceH4/MATH-500",
         "math",
-        "aime*",
         "numina_*",
     ],
-    "math_dapo": ["math_dapo", "math_dapo_reasoning"],
+    # verl routes aime* to math_dapo: DAPO recipes evaluate on AIME with "Answer:" lines and ±1 rewards.
+    "math_dapo": ["math_dapo", "math_dapo_reasoning", "aime*"],
     "code": [
         "code",
         "codecontests",

@@ -60,11 +60,74 @@ def last_boxed(text: str) -> str | None:
         found[cmd] = text.rfind(cmd, 0, start)
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+def boxes(text: str) -> list[tuple[int, int, str]]:
+    """Every balanced ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N`` as ``(start, end, content)``, in order.
+
+    Nested boxes are inside their outer box's content and not listed again; an unbalanced box
+    ends the scan (what follows it is inside it).
+    """
+    out: list[tuple[int, int, str]] = []
+    pos = 0
+    nxt = {cmd: text.find(cmd) for cmd in _BOX_COMMANDS}  # each command's next position (linear)
+    while True:
+        for cmd, at in nxt.items():
+            if 0 <= at < pos:
+                nxt[cmd] = text.find(cmd, pos)
+        live = [(at, cmd) for cmd, at in nxt.items() if at >= 0]
+        if not live:
+            return out
+        start, cmd = min(live)
+        k = j = start + len(cmd)
+        while k < len(text) and text[k] in " \t":
+            k += 1
+        if k < len(text) and text[k] == "{":
+            close = matching_brace(text, k)
+            if close is None:
+                return out
+            out.append((start, close + 1, text[k + 1 : close]))
+            pos = close + 1
+            continue
+        m = _BARE_BOX_ARG.match(text, k) if k > j else None
+        if m:
+            out.append((start, m.end(), m.group()))
+            pos = m.end()
+        else:
+            pos = j
+
+
+# Where a sentence may end: a line break, or ". " / "! " / "? " / a final stop ("x=1; y=2" is one).
+_SENTENCE_END = re.compile(r"\n|[.!?](?=\s|$)")
+_CURRENCY = re.compile(r"(?<!\\)\$\d")
+_MATH_OPENERS = (("\\[", "\\]"), ("\\(", "\\)"))
+
+
+def _math_balanced(text: str) -> bool:
+    if any(text.count(a) != text.count(b) for a, b in _MATH_OPENERS):
+        return False
+    if _CURRENCY.search(text):  # "$5 + $19 = $24": dollars, not maths delimiters
+        return True
+    return (text.count("$") - text.count("\\$")) % 2 == 0
+
+
+def first_sentence(text: str, limit: int = 400) -> str:
+    """``text`` up to the end of its first sentence (at most ``limit`` characters).
+
+    A stop or line break inside ``$...$``, ``\\(...\\)`` or ``\\[...\\]`` does not end the sentence,
+    and neither does one before any content (``"The final answer is:\\n\\[5\\]"`` gives ``"\\[5\\]"``).
+    """
+    text = text[:limit]
+    for m in _SENTENCE_END.finditer(text):
+        head = text[: m.start()]
+        if head.strip(" \t\n*:") and _math_balanced(head):
+            return head
+    return text
+
+
+_NUMBER = re.compile(r"(?:-\$?)?\d[\d,]*(?:\.\d+)?|-?\.\d+")  # "-$15" is minus fifteen dollars
 
 
 def find_numbers(text: str) -> list[str]:
-    """Every number-looking token in ``text``: ``-1,234.5``, ``72``, ``.5``."""
+    """Every number-looking token in ``text``: ``-1,234.5``, ``72``, ``.5``, ``-$15``."""
     return _NUMBER.findall(text)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from rewardkit.scorers._text import last_boxed, last_number, normalize_number, truncate
 
-_NUM = r"(-?\d[\d,]*(?:\.\d+)?|-?\.\d+)"
+_NUM = r"((?:-\$?)?\d[\d,]*(?:\.\d+)?|-?\.\d+)"
 # Single character-class quantifiers only: linear on any input.
 _HASHES = re.compile(r"####[ \t$]*" + _NUM)
 _ANSWER_IS = re.compile(r"answer\s+is[\s:$*]*" + _NUM, re.IGNORECASE)

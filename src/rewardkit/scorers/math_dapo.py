@@ -4,11 +4,12 @@ Semantics follow verl's ``verl/utils/reward_score/math_dapo.py`` so rewards are 
 runs made there:
 
 * only the last 300 characters of the response are looked at;
-* the answer is the last ``Answer: <rest of line>`` (case-insensitive); without one the response is
-  wrong, as in verl (``boxed_fallback=True``, a rewardkit extension off by default, takes the last
-  ``\\boxed{...}`` of the final 100 characters instead);
-* prediction and reference are normalised the Minerva way (units, ``\\text{}``, ``\\frac12``,
-  thousands separators...) and compared as strings;
+* the answer is the last ``Answer: <rest of line>`` (case-insensitive); prediction and reference are
+  normalised the Minerva way (units, ``\\text{}``, ``\\frac12``, thousands separators...) and
+  compared as strings;
+* without an ``Answer:`` line, the last ``\\boxed{...}`` of the final 100 characters is compared to
+  the reference as written, without normalisation (verl 0.9.1's fallback; ``boxed_fallback=False``
+  turns it off, as in older verl);
 * ``strict_box_verify=True``: only the last ``\\boxed{...}`` in the final 100 characters counts,
   compared to the reference *without* normalisation;
 * the score is ``+1.0`` (correct) or ``-1.0`` (wrong), with ``acc`` and ``pred`` alongside
@@ -133,34 +134,32 @@ def _naive_matching_brace(text: str, start: int) -> int | None:
 
 
 def verify(
-    response: str, ground_truth: str, strict_box_verify: bool = False, boxed_fallback: bool = False
+    response: str, ground_truth: str, strict_box_verify: bool = False, boxed_fallback: bool = True
 ) -> tuple[bool, str]:
-    """``(correct, pred)`` for an already-truncated response."""
+    """``(correct, pred)`` for an already-truncated response, as verl 0.9.1's ``math_dapo.verify``."""
     box_tail = response[-BOX_TAIL_CHARS:]
     if strict_box_verify:
         pred = last_boxed_brace(box_tail)
         return pred == ground_truth, INVALID if pred is None else pred
     matches = _ANSWER.findall(response)
     gold = normalize_final_answer(ground_truth)
-    if matches:
-        pred = normalize_final_answer(matches[-1])
+    # verl normalises the "[INVALID]" marker too; it never matches a real reference
+    pred = normalize_final_answer(matches[-1] if matches else INVALID)
+    if pred != INVALID or not boxed_fallback:
         return pred == gold, pred
-    boxed = last_boxed_brace(box_tail) if boxed_fallback else None
-    if boxed is not None:
-        pred = normalize_final_answer(boxed)
-        return pred == gold, pred
-    # verl compares the normalised "[INVALID]" marker with the reference; it never matches a real one
-    pred = normalize_final_answer(INVALID)
+    boxed = last_boxed_brace(box_tail)
+    if boxed is not None:  # verl compares the box as written, not normalised
+        return boxed == ground_truth, boxed
     return pred == gold, pred
 
 
 def compute_score(
-    response: str, ground_truth: Any, strict_box_verify: bool = False, boxed_fallback: bool = False
+    response: str, ground_truth: Any, strict_box_verify: bool = False, boxed_fallback: bool = True
 ) -> dict[str, Any]:
-    """Score a DAPO maths response: ``{"score": 1.0 | -1.0, "acc": bool, "pred": str}``.
+    """Score a DAPO maths response: ``{"score": 1.0 | -1.0, "acc": bool, "pred": str}``, as verl 0.9.1.
 
-    ``boxed_fallback=True`` (not in verl) reads the last ``\\boxed{...}`` of the final 100 characters
-    when there is no ``Answer:`` line.
+    Without an ``Answer:`` line the last ``\\boxed{...}`` of the final 100 characters is compared as
+    written (``boxed_fallback=False``: no fallback, the response is wrong).
     """
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, str | int | float):
         raise ValueError(f"math_dapo: ground_truth must be text or a number, got {ground_truth!r:.80}")

@@ -28,7 +28,7 @@ from rewardkit.errors import ConfigError
     "text, value",
     [
         ("Good answer.\nScore: 7", 7.0),
-        ("Score: 3\nOn reflection...\nScore: 8.5", 8.5),
+        ("Score: 8.5\nOn reflection...\nScore: 8.5", 8.5),
         ("**Score:** 9/10", 9.0),
         ("final score = 4", 4.0),
     ],
