@@ -39,6 +39,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rewardkit.scorers.sandbox_isolation import (  # noqa: F401  (SandboxUnavailable: re-exported)
+    Isolation,
+    SandboxUnavailable,
+    launcher_config,
+    resolve,
+    sandbox_env,
+)
+from rewardkit.scorers.sandbox_isolation import command as isolation_command
+
 #: Where the launcher's own failures are reported (exit status), so they are not mistaken for the program's.
 LAUNCH_FAILED = 97
 
@@ -94,7 +103,9 @@ class Limits:
 
     ``timeout_s`` is the wall-clock deadline; ``cpu_s`` defaults to it rounded up, plus one.
     ``output_bytes`` is how much of stdout/stderr is read back; ``file_size_mb`` caps every file the
-    program writes, its stdout and stderr included.
+    program writes, its stdout and stderr included. In the confined modes, ``disk_mb`` and ``max_files``
+    cap everything it writes in total (a tmpfs), and the network is always isolated; ``isolate_network``
+    only matters unconfined.
     """
 
     timeout_s: float = 4.0
@@ -105,6 +116,8 @@ class Limits:
     max_open_files: int = 256
     output_bytes: int = 8 << 20
     isolate_network: bool = True
+    disk_mb: int = 64
+    max_files: int = 4096
 
 
 @dataclass
@@ -481,22 +494,33 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
-async def run_python(program: str, stdin: str = "", limits: Limits | None = None) -> RunResult:
+async def run_python(
+    program: str,
+    stdin: str = "",
+    limits: Limits | None = None,
+    isolation: Isolation | dict | None = None,
+) -> RunResult:
     """Run ``program`` (Python source) in a fresh sandboxed subprocess, feeding it ``stdin``.
 
-    Raises :class:`RuntimeError` only when the sandbox itself cannot start (not for anything the
-    program does): that is an infrastructure failure, not a wrong answer.
+    ``isolation`` (an :class:`~rewardkit.scorers.sandbox_isolation.Isolation` or the ``sandbox:`` config
+    dict) picks the mode; by default the best confined one that works here. Raises
+    :class:`SandboxUnavailable` when the requested isolation cannot be had, and :class:`RuntimeError`
+    when the sandbox itself cannot start (never for anything the program does): those are
+    infrastructure failures, not wrong answers.
     """
     limits = limits or Limits()
+    mode = await asyncio.to_thread(resolve, Isolation.coerce(isolation))  # the first call probes
     prefix: list[str] = []
-    if limits.isolate_network:
+    if mode == "unconfined" and limits.isolate_network:
         prefix = network_isolation()
         if not prefix:
             _warn_no_network_isolation()
     async with LOCAL_LIMITER.hold():
         workdir = tempfile.mkdtemp(prefix="rewardkit-sandbox-")
         try:
-            return await _run_in(workdir, prefix, program, stdin, limits)
+            if mode == "unconfined":
+                return await _run_in(workdir, prefix, program, stdin, limits)
+            return await _run_confined(mode, workdir, program, stdin, limits)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -507,34 +531,63 @@ async def _run_in(workdir: str, prefix: list[str], program: str, stdin: str, lim
         f.write(program)
     os.chmod(script, 0o644)
     config = {**_base_config(workdir, limits), "uid": _choose_uid(workdir)}
+
+    def make_command(status_path: str, _status_fd: int, _program_fd: int) -> list[str]:
+        config["status_file"] = status_path
+        return [*prefix, sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
+
+    return await _supervise(make_command, workdir, config["env"], program, stdin, limits)
+
+
+async def _run_confined(mode: str, workdir: str, program: str, stdin: str, limits: Limits) -> RunResult:
+    # ``workdir`` (empty) is where the namespaces launcher mounts the sandbox's new root.
+    def make_command(_status_path: str, status_fd: int, program_fd: int) -> list[str]:
+        return isolation_command(mode, launcher_config(mode, limits, workdir, status_fd, program_fd))
+
+    return await _supervise(make_command, workdir, sandbox_env(), program, stdin, limits)
+
+
+async def _supervise(
+    make_command: Callable[[str, int, int], list[str]],
+    workdir: str,
+    env: dict[str, str],
+    program: str,
+    stdin: str,
+    limits: Limits,
+) -> RunResult:
+    """Start the launcher, enforce the wall deadline, and read back what the program did."""
     # stdin/stdout/stderr are files outside the work directory: no pipe to drain, no deadlock, and
-    # RLIMIT_FSIZE caps how much the program can print.
+    # RLIMIT_FSIZE caps how much the program can print. The confined launchers get the program and
+    # the status file as inherited fds.
     io_dir = tempfile.mkdtemp(prefix="rewardkit-io-")
     try:
-        in_path, out_path, err_path, status_path = (
-            os.path.join(io_dir, n) for n in ("in", "out", "err", "status")
+        in_path, out_path, err_path, status_path, program_path = (
+            os.path.join(io_dir, n) for n in ("in", "out", "err", "status", "program")
         )
-        config["status_file"] = status_path
         with open(in_path, "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(stdin or "")
-        with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+        with open(program_path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(program)
+        with (
+            open(in_path, "rb") as fin,
+            open(out_path, "wb") as fout,
+            open(err_path, "wb") as ferr,
+            open(status_path, "wb") as fstatus,
+            open(program_path, "rb") as fprogram,
+        ):
+            cmd = make_command(status_path, fstatus.fileno(), fprogram.fileno())
             start = time.monotonic()
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *prefix,
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    _LAUNCHER,
-                    json.dumps(config),
+                    *cmd,
                     stdin=fin,
                     stdout=fout,
                     stderr=ferr,
                     cwd=workdir,
-                    env=config["env"],
+                    env=env,
                     start_new_session=True,
                     preexec_fn=_die_with_this_process(),
+                    pass_fds=(fstatus.fileno(), fprogram.fileno()),
                 )
             except OSError as e:
                 raise RuntimeError(f"sandbox: cannot start a subprocess: {e}") from e
