@@ -174,7 +174,9 @@ async def test_root_only_files_unreadable_after_privilege_drop(tmp_path, monkeyp
         )
     assert run.status == "error" and "PermissionError" in run.stderr
     assert int(run.stdout.split()[0]) != 0
-    ok = await run_python("open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())", isolation=unconfined)
+    ok = await run_python(
+        "open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())", isolation=unconfined
+    )
     assert ok.status == "ok" and ok.stdout.strip() == "x"  # its own directory stays writable
 
 

@@ -89,7 +89,9 @@ def ro_paths(python: str | None = None) -> list[str]:
     wanted += [os.path.dirname(python), sysconfig.get_paths().get("purelib") or ""]
     out: list[str] = []
     for path in sorted({os.path.abspath(p) for p in wanted if p and os.path.exists(p)}):
-        if path != "/" and not any(path.startswith(p.rstrip("/") + "/") for p in out if not os.path.islink(p)):
+        if path != "/" and not any(
+            path.startswith(p.rstrip("/") + "/") for p in out if not os.path.islink(p)
+        ):
             out.append(path)
     return out
 
@@ -183,7 +185,7 @@ def _bwrap_prefix(config: dict) -> list[str]:
         made.add(path)
     cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     cmd += ["--size", str(config["disk_kb"] * 1024), "--perms", "0700", "--tmpfs", "/sandbox"]
-    cmd += ["--symlink", "/sandbox", "/tmp", "--chdir", "/", "--"]
+    cmd += ["--symlink", "/sandbox", "/tmp", "--remount-ro", "/", "--chdir", "/", "--"]
     return cmd
 
 
