@@ -116,6 +116,12 @@ ATTACKS = {
         "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
         "print(r)"
     ),
+    "own_user_namespace": (
+        "import ctypes, subprocess\n"
+        "print('unshare', ctypes.CDLL(None).unshare(0x10000000))\n"
+        "p = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'true'], capture_output=True)\n"
+        "print('cli', p.returncode)"
+    ),
     "double_forked_daemon": (
         "import os, time\n"
         "if os.fork() == 0:\n"
@@ -181,6 +187,8 @@ def check(name: str, run: dict, ctx: dict) -> None:
     elif name == "kill_parent_and_outside_pids":
         assert "KILLED" not in out, out
         assert ctx["decoy"].poll() is None, "the outside process was killed"
+    elif name == "own_user_namespace":  # capabilities there would allow an uncapped tmpfs, among others
+        assert run["status"] == "ok" and "unshare -1" in out and "cli 0" not in out, run
     elif name == "double_forked_daemon":
         deadline = time.monotonic() + 5
         while _processes_with(ctx["marker"]) and time.monotonic() < deadline:
@@ -260,9 +268,24 @@ def _programs(ctx: dict) -> dict[str, str]:
     return {name: template.format(**fields) for name, template in ATTACKS.items()}
 
 
+def _has_sys_admin() -> bool:
+    with open("/proc/self/status") as f:
+        caps = next(line for line in f if line.startswith("CapEff:"))
+    return bool(int(caps.split()[1], 16) & (1 << 21))  # CAP_SYS_ADMIN
+
+
+def _should_work(mode: str) -> bool:
+    """Whether this machine clearly allows ``mode``: then a failed probe is a bug, not a skip."""
+    if mode == "bwrap":
+        return bool(shutil.which("bwrap")) and sandbox_isolation.probe("namespaces") is None
+    return bool(shutil.which("unshare")) and (not ROOT or _has_sys_admin())
+
+
 def _require(mode: str) -> None:
     why = sandbox_isolation.probe(mode)
     if why is not None:
+        if ROOT and _should_work(mode):
+            pytest.fail(f"{mode} should work here (root with CAP_SYS_ADMIN) but: {why}")
         pytest.skip(f"{mode} unavailable here: {why}")
 
 

@@ -99,15 +99,23 @@ def limit(name, soft, hard=None):
         soft, hard = min(soft, cur), min(hard, cur)
     resource.setrlimit(res, (soft, hard))
 
-def nested_user(uid):
-    # Unprivileged sandbox: only one uid is mapped; a nested user namespace gives the program a
-    # distinct uid (and no capabilities after exec).
-    check(libc.unshare(0x10000000), "unshare(CLONE_NEWUSER)")
-    for name, text in (("setgroups", "deny"), ("uid_map", "%d 0 1" % uid), ("gid_map", "%d 0 1" % uid)):
+def nested_user(inner, outer, required):
+    # A user namespace of the program's own, in which no further one can be made: the program cannot
+    # gain capabilities in a namespace of its own (and mount an uncapped tmpfs there). Unprivileged,
+    # it also gives the program a distinct uid (only one is mapped). Capabilities go with the exec.
+    libc.prctl(4, 1, 0, 0, 0)  # dumpable again after the uid change (exec would do it too): /proc/self is ours
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        if required:
+            check(-1, "unshare(CLONE_NEWUSER)")
+        return  # user namespaces are off for unprivileged users here: the program cannot make one either
+    for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (inner, outer)),
+                       ("gid_map", "%d %d 1" % (inner, outer))):
         with open("/proc/self/" + name, "w") as f:
             f.write(text)
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0")
+    os.setresgid(inner, inner, inner)
+    os.setresuid(inner, inner, inner)
 
 try:
     if c["build_root"]:
@@ -139,8 +147,9 @@ if pid == 0:
             os.setgroups([])
             os.setresgid(c["uid"], c["uid"], c["uid"])
             os.setresuid(c["uid"], c["uid"], c["uid"])
+            nested_user(c["uid"], c["uid"], False)
         elif c["drop"] == "userns":
-            nested_user(c["uid"])
+            nested_user(c["uid"], 0, True)
         if os.getuid() == 0 or os.geteuid() == 0:
             raise OSError("refusing to run the program as uid 0")
         check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
