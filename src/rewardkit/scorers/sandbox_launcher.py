@@ -19,7 +19,7 @@ Its own failures exit with :data:`rewardkit.scorers.sandbox.LAUNCH_FAILED` and a
 from __future__ import annotations
 
 LAUNCHER = r"""
-import ctypes, json, os, platform, resource, sys
+import ctypes, json, os, resource, sys
 c = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -81,9 +81,9 @@ def build_root(root):
           "size=%dk,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (c["disk_kb"], c["inodes"], owner, owner))
     os.symlink("/sandbox", root + "/tmp")
     os.chdir(root)
-    number = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
+    number = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
     if number is None:
-        raise OSError("pivot_root: unknown architecture " + platform.machine())
+        raise OSError("pivot_root: unknown architecture " + os.uname().machine)
     check(libc.syscall(number, b".", b"."), "pivot_root")
     check(libc.umount2(b".", 2), "detach the old root")  # MNT_DETACH
     os.chdir("/")
