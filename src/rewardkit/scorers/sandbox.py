@@ -1,21 +1,24 @@
 """A local sandbox for untrusted Python: one short-lived, resource-limited subprocess per run.
 
-Model-written code never runs in rewardkit's own process. Each run gets:
+Model-written code never runs in rewardkit's own process, and never with more privilege than an
+unprivileged user. How it is isolated is chosen by :mod:`rewardkit.scorers.sandbox_isolation`
+(``namespaces``, ``bwrap``, or the opt-in ``unconfined``); a confined run gets a minimal read-only
+root, a uid of its own, ``no_new_privs``, fresh PID and network namespaces, an empty environment and
+a size-capped tmpfs (:mod:`rewardkit.scorers.sandbox_launcher`). When no confined mode works here,
+:func:`run_python` raises :class:`SandboxUnavailable` rather than run the code with less.
 
-* its own temporary directory as working directory (``HOME`` and ``TMPDIR`` too), removed afterwards;
-* ``python -I`` (isolated mode: no user site-packages, no ``PYTHON*`` variables, cwd not on ``sys.path``)
-  with a scrubbed environment;
+Every mode also gets:
+
+* ``python -I`` (isolated mode: no user site-packages, no ``PYTHON*`` variables, cwd not on ``sys.path``);
 * rlimits set by a tiny launcher before it ``exec``s the interpreter: CPU seconds, address space,
   file size (which also caps what it can print), open files, processes, no core dumps;
-* a wall-clock deadline after which its whole process group is killed;
+* a wall-clock deadline after which it is killed with everything it started;
 * on Linux, death with the process that started it (``PR_SET_PDEATHSIG``): a worker killed at its
-  deadline or crashed leaves no sandboxed program behind;
-* no network, through ``unshare --net`` (plus a private PID namespace, so nothing it spawns survives)
-  where the platform allows it; otherwise a warning, once per process;
-* when rewardkit runs as root, a throw-away unprivileged uid, so it cannot read root-only files.
+  deadline or crashed leaves no sandboxed program behind.
 
-This is defence in depth for reward computation, not a container: run truly hostile code
-in a remote sandbox (SandboxFusion) or a VM.
+The ``unconfined`` mode (the sandbox of old) only adds its own temporary directory, ``unshare --net``
+where the platform allows it, and, as root, a throw-away uid when that uid can reach the interpreter.
+For code you must not trust with a kernel, use a remote sandbox (SandboxFusion) or a VM.
 """
 
 from __future__ import annotations
