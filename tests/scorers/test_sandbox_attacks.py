@@ -122,6 +122,11 @@ ATTACKS = {
         "p = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'true'], capture_output=True)\n"
         "print('cli', p.returncode)"
     ),
+    "forge_exit_status": (
+        "import os\nfds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\nprint('fds', fds)\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, b'0')\n    except OSError:\n        pass\n"
+        "raise SystemExit(7)"
+    ),
     "double_forked_daemon": (
         "import os, time\n"
         "if os.fork() == 0:\n"
@@ -189,6 +194,9 @@ def check(name: str, run: dict, ctx: dict) -> None:
         assert ctx["decoy"].poll() is None, "the outside process was killed"
     elif name == "own_user_namespace":  # capabilities there would allow an uncapped tmpfs, among others
         assert run["status"] == "ok" and "unshare -1" in out and "cli 0" not in out, run
+    elif name == "forge_exit_status":  # the launcher's status fd is not the program's to write
+        assert run["status"] == "error" and run["returncode"] == 7, run
+        assert out.split("\n")[0] == "fds [0, 1, 2, 3]", out  # 3: the listdir itself
     elif name == "double_forked_daemon":
         deadline = time.monotonic() + 5
         while _processes_with(ctx["marker"]) and time.monotonic() < deadline:
@@ -425,3 +433,68 @@ def test_unconfined_would_have_let_the_attack_through(ctx):
     with pytest.raises(AssertionError):
         check("read_shadow", asdict(run), ctx)
     assert isinstance(run, RunResult)
+
+
+# --- everything it starts dies with it ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_daemon_dies_at_the_deadline(mode):
+    _require(mode)
+    marker = f"{secrets.randbelow(10**6) + 1000}.{secrets.randbelow(10**6)}"
+    program = (
+        "import os\n"
+        "if os.fork() == 0:\n    os.setsid()\n"
+        f"    os.execv('/bin/sleep', ['sleep', '{marker}'])\n"
+        "while True:\n    pass\n"
+    )
+    run = await run_python(program, limits=Limits(timeout_s=1.0), isolation={"mode": mode})
+    assert run.status == "timeout"
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert _processes_with(marker) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_dies_with_the_rewardkit_process(mode):
+    """A worker SIGKILLed mid-run (no clean-up at all) leaves nothing of the sandbox behind."""
+    _require(mode)
+    marker = f"{secrets.randbelow(10**6) + 1000}.{secrets.randbelow(10**6)}"
+    whole, frac = marker.split(".")
+    starter = (
+        "import asyncio\n"
+        "from rewardkit.scorers.sandbox import Limits, run_python\n"
+        f"asyncio.run(run_python(\"import os\\nos.execv('/bin/sleep', ['sleep', '{whole}' + '.{frac}'])\", "
+        f"limits=Limits(timeout_s=120), isolation={{'mode': '{mode}'}}))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", starter], env={**os.environ, "PYTHONPATH": SRC})
+    try:
+        deadline = time.monotonic() + 30
+        while not _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_with(marker), "the sandboxed program never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _processes_with(marker)
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    assert left == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_unicode_empty_and_large_io(mode):
+    _require(mode)
+    iso = {"mode": mode}
+    run = await run_python("print('héllo ✓ \U0001f600')", isolation=iso)
+    assert run.status == "ok" and run.stdout == "héllo ✓ \U0001f600\n"
+    assert (await run_python("", isolation=iso)).status == "ok"
+    big = "x" * (2 << 20)
+    run = await run_python("import sys\nprint(len(sys.stdin.read()))", stdin=big, isolation=iso)
+    assert run.stdout.strip() == str(len(big))
+    huge_program = "x = 1\n" * 100_000 + "print(x)\n"
+    assert (await run_python(huge_program, isolation=iso)).stdout.strip() == "1"
