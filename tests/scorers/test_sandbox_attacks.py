@@ -14,6 +14,7 @@ When the tests themselves run unprivileged, the first two become ``unprivileged-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -25,12 +26,13 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from rewardkit.scorers import sandbox_isolation
+from rewardkit.scorers import sandbox, sandbox_isolation
 from rewardkit.scorers.code import compute_score
 from rewardkit.scorers.sandbox import Limits, RunResult, SandboxUnavailable, run_python
 
@@ -75,7 +77,7 @@ ATTACKS = {
     "write_and_delete_outside": (
         "import os\nr = []\n"
         "for act in (lambda: open('{outside}/planted.txt', 'w').write('x'), lambda: os.remove('{victim}'),\n"
-        "            lambda: open('/etc/rk-planted', 'w').write('x'), lambda: os.mkdir('/rk-planted')):\n"
+        "            lambda: open('{planted_file}', 'w').write('x'), lambda: os.mkdir('{planted_dir}')):\n"
         "    try:\n        act()\n        r.append('DONE')\n    except OSError as e:\n        r.append(type(e).__name__)\n"
         "print(r)"
     ),
@@ -177,7 +179,7 @@ def check(name: str, run: dict, ctx: dict) -> None:
         assert os.path.exists(ctx["victim"]) and not os.path.exists(
             os.path.join(ctx["outside"], "planted.txt")
         )
-        assert not os.path.exists("/etc/rk-planted") and not os.path.exists("/rk-planted")
+        assert not os.path.exists(ctx["planted_file"]) and not os.path.exists(ctx["planted_dir"])
     elif name == "fork_bomb":
         forked = int(out.split()[-1])
         assert forked < 16, out  # RLIMIT_NPROC holds for the sandbox user (the program itself counts)
@@ -245,6 +247,8 @@ def ctx():
     victim = os.path.join(outside, "victim.txt")
     Path(victim).write_text("keep me")
     os.chmod(victim, 0o666)
+    token = secrets.token_hex(6)
+    planted_file, planted_dir = f"/etc/rk-planted-{token}", f"/rk-planted-{token}"
     old = os.environ.get("RK_TRAINER_SECRET")
     os.environ["RK_TRAINER_SECRET"] = SECRET
     try:
@@ -258,6 +262,8 @@ def ctx():
             "outside": outside,
             "victim": victim,
             "marker": f"{secrets.randbelow(10**6) + 1000}.{secrets.randbelow(10**6)}",
+            "planted_file": planted_file,
+            "planted_dir": planted_dir,
         }
     finally:
         if old is None:
@@ -269,10 +275,15 @@ def ctx():
         decoy.wait()
         listener.close()
         shutil.rmtree(outside, ignore_errors=True)
+        with contextlib.suppress(OSError):  # only there if an attack got through
+            os.remove(planted_file)
+        with contextlib.suppress(OSError):
+            os.rmdir(planted_dir)
 
 
 def _programs(ctx: dict) -> dict[str, str]:
-    fields = {k: ctx[k] for k in ("port", "trainer_pid", "decoy_pid", "outside", "victim", "marker")}
+    keys = ("port", "trainer_pid", "decoy_pid", "outside", "victim", "marker", "planted_file", "planted_dir")
+    fields = {k: ctx[k] for k in keys}
     return {name: template.format(**fields) for name, template in ATTACKS.items()}
 
 
@@ -299,13 +310,21 @@ def _require(mode: str) -> None:
 
 async def _attack(name: str, program: str, mode: str) -> dict:
     limits = Limits(timeout_s=15, **LIMITS.get(name, {}))
-    return asdict(await run_python(program, limits=limits, isolation={"mode": mode}))
+    isolation = {"mode": mode, "allow_unconfined": mode == "unconfined"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return asdict(await run_python(program, limits=limits, isolation=isolation))
+
+
+#: ``RK_ATTACK_UNCONFINED=1`` also runs the attacks against the unconfined mode (the old sandbox), to
+#: see which of them the confined modes stop: those tests are expected to fail.
+IN_PROCESS_MODES = MODES + (("unconfined",) if os.environ.get("RK_ATTACK_UNCONFINED") == "1" else ())
 
 
 IN_PROCESS = ["root-unreachable", "root-reachable"] if ROOT else ["unprivileged-self"]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", IN_PROCESS_MODES)
 @pytest.mark.parametrize("setup", IN_PROCESS)
 @pytest.mark.parametrize("name", list(ATTACKS))
 async def test_attack_fails_in_process(name, setup, mode, ctx, monkeypatch):
@@ -313,9 +332,11 @@ async def test_attack_fails_in_process(name, setup, mode, ctx, monkeypatch):
         if not _world_usable(SYSTEM_PYTHON):
             pytest.skip(f"{SYSTEM_PYTHON} is not usable by an unprivileged user here")
         monkeypatch.setattr(sys, "executable", SYSTEM_PYTHON)
+        monkeypatch.setattr(sandbox, "_drop_ok", None)  # unconfined: probe its uid drop again
     elif setup == "root-unreachable" and _world_usable(sys.executable):
         pytest.skip(f"{sys.executable} is reachable by an unprivileged user: not the unreachable setup")
-    _require(mode)
+    if mode != "unconfined":
+        _require(mode)
     check(name, await _attack(name, _programs(ctx)[name], mode), ctx)
 
 

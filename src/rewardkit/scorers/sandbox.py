@@ -539,7 +539,7 @@ async def _run_in(workdir: str, prefix: list[str], program: str, stdin: str, lim
         config["status_file"] = status_path
         return [*prefix, sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
 
-    return await _supervise(make_command, workdir, config["env"], program, stdin, limits)
+    return await _supervise(make_command, workdir, config["env"], program, stdin, limits, pass_fds=False)
 
 
 async def _run_confined(mode: str, workdir: str, program: str, stdin: str, limits: Limits) -> RunResult:
@@ -557,6 +557,7 @@ async def _supervise(
     program: str,
     stdin: str,
     limits: Limits,
+    pass_fds: bool = True,
 ) -> RunResult:
     """Start the launcher, enforce the wall deadline, and read back what the program did."""
     # stdin/stdout/stderr are files outside the work directory: no pipe to drain, no deadlock, and
@@ -590,7 +591,7 @@ async def _supervise(
                     env=env,
                     start_new_session=True,
                     preexec_fn=_die_with_this_process(),
-                    pass_fds=(fstatus.fileno(), fprogram.fileno()),
+                    pass_fds=(fstatus.fileno(), fprogram.fileno()) if pass_fds else (),
                 )
             except OSError as e:
                 raise RuntimeError(f"sandbox: cannot start a subprocess: {e}") from e
