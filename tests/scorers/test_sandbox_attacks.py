@@ -430,14 +430,14 @@ async def test_allow_unconfined_runs_with_a_loud_warning(nothing_works, monkeypa
         await run_python("print(1)", isolation={"mode": "unconfined"})
 
 
-def test_config_reaches_the_code_scorer(nothing_works):
+@pytest.mark.parametrize("executor", ["inline", "process"])
+def test_config_reaches_the_code_scorer(executor, nothing_works):
     """``reward.sandbox`` travels to the scorer through the real engine; unavailable → typed failure."""
     import rewardkit
 
     samples = [{"response": ADD_SOLUTION, "ground_truth": ADD, "data_source": "apps"}] * 2
-    result = rewardkit.compute(
-        samples, {"executor": "inline", "sandbox": {"mode": "namespaces", "disk_mb": 8}}
-    )
+    config = {"executor": executor, "num_workers": 1, "sandbox": {"mode": "namespaces", "disk_mb": 8}}
+    result = rewardkit.compute(samples, config)
     assert result.status == ["failed", "failed"] and result.reasons == ["sandbox_unavailable"] * 2
     assert "unshare" in result.errors[0]
 
@@ -519,3 +519,13 @@ async def test_unicode_empty_and_large_io(mode):
     assert run.stdout.strip() == str(len(big))
     huge_program = "x = 1\n" * 100_000 + "print(x)\n"
     assert (await run_python(huge_program, isolation=iso)).stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_engine_scores_code_in_each_mode(mode):
+    import rewardkit
+
+    _require(mode)
+    samples = [{"response": ADD_SOLUTION, "ground_truth": ADD, "data_source": "apps"}]
+    result = rewardkit.compute(samples, {"executor": "process", "num_workers": 1, "sandbox": {"mode": mode}})
+    assert result.status == ["ok"] and result.scores == [1.0]

@@ -152,6 +152,8 @@ def _namespaces_prefix() -> list[str]:
     unshare = shutil.which("unshare")
     if not unshare:
         raise SandboxUnavailable("namespaces: no 'unshare' command (util-linux) on PATH")
+    # Never a user namespace for real root: its uid 0 would map to host root, and the program's
+    # nested uid with it (owner access to root's files). Root needs mount namespaces (CAP_SYS_ADMIN).
     user = [] if is_root() else ["--user", "--map-root-user"]
     return [unshare, *user, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
 
