@@ -269,7 +269,8 @@ async def compute_score(
     the ``reward.sandbox`` config) sets the local isolation; when it cannot be had here the sample is
     ``failed`` with reason ``sandbox_unavailable``, never run with less.
 
-    Returns ``{"score": passed / total, "acc": all passed, "passed", "total", "first_failure": the first failure's reason or None}``.
+    Returns ``{"score": passed / total, "acc": all passed, "passed", "total", "first_failure": the first failure's reason or None}``,
+    or a ``failed`` :class:`~rewardkit.result.SampleResult` (reason ``sandbox_unavailable``).
     """
     code = extract_code(response or "")
     tests = build_tests(code, ground_truth)

@@ -201,6 +201,16 @@ _probe_lock = threading.Lock()
 _probed: dict[tuple[str, str, int], str | None] = {}
 
 
+def _fresh_lock_after_fork() -> None:
+    # A worker forked while another thread probed must not inherit the held lock.
+    global _probe_lock
+    _probe_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
+
 def probe(mode: str) -> str | None:
     """``None`` if ``mode`` runs a program here (probed once per process and interpreter), else why not."""
     key = (mode, sys.executable, os.geteuid() if hasattr(os, "geteuid") else -1)
