@@ -489,7 +489,9 @@ def test_sandbox_dies_with_the_rewardkit_process(mode):
         f"asyncio.run(run_python(\"import os\\nos.execv('/bin/sleep', ['sleep', '{whole}' + '.{frac}'])\", "
         f"limits=Limits(timeout_s=120), isolation={{'mode': '{mode}'}}))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", starter], env={**os.environ, "PYTHONPATH": SRC})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", starter], env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC, *sys.path])}
+    )
     try:
         deadline = time.monotonic() + 30
         while not _processes_with(marker) and time.monotonic() < deadline:
