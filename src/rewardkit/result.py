@@ -23,6 +23,7 @@ FAILURE_REASONS = (
     "circuit_open",  # the judge server was declared dead; not even tried
     "component_failed",  # a component of a composite score failed
     "invalid_total",  # the weighted sum of finite components is inf or nan
+    "sandbox_unavailable",  # the code sandbox's isolation cannot be had on this machine
 )
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rewardkit.scorers import sandbox
+from rewardkit.scorers import sandbox, sandbox_isolation
 from rewardkit.scorers.code import build_tests, compute_score, extract_code
 from rewardkit.scorers.sandbox import Limits, run_python
 
@@ -135,8 +135,9 @@ async def test_confined_to_its_own_directory_and_environment(tmp_path, monkeypat
     )
     run = await run_python(program)
     cwd, secret, isolated = run.stdout.split()
-    assert cwd != os.getcwd() and "rewardkit-sandbox-" in cwd
-    assert not os.path.exists(cwd)  # removed afterwards, with what it wrote
+    # Confined (the default): a private tmpfs at /sandbox, gone with the run (it was a host temporary
+    # directory, removed afterwards, when the sandbox could run code as root).
+    assert cwd == "/sandbox" and not os.path.exists("/sandbox/scratch.txt")
     assert secret == "None" and isolated == "1"
 
 
@@ -164,10 +165,18 @@ async def test_root_only_files_unreadable_after_privilege_drop(tmp_path, monkeyp
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cret")
     secret.chmod(0o600)
-    run = await run_python(f"import os\nprint(os.getuid())\nprint(open({str(secret)!r}).read())")
+    # The unconfined mode's own uid drop (the confined modes do not even show the host's /tmp).
+    unconfined = {"mode": "unconfined", "allow_unconfined": True}
+    monkeypatch.setattr(sandbox_isolation, "_last_warning", [float("-inf")])  # warn now, not in 30 s
+    with pytest.warns(RuntimeWarning, match="UNCONFINED"):
+        run = await run_python(
+            f"import os\nprint(os.getuid())\nprint(open({str(secret)!r}).read())", isolation=unconfined
+        )
     assert run.status == "error" and "PermissionError" in run.stderr
     assert int(run.stdout.split()[0]) != 0
-    ok = await run_python("open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())")
+    ok = await run_python(
+        "open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())", isolation=unconfined
+    )
     assert ok.status == "ok" and ok.stdout.strip() == "x"  # its own directory stays writable
 
 

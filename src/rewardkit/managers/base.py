@@ -60,7 +60,10 @@ class ManagerContext:
             and "sandbox_fusion" in signature_of(spec.fn).params
             and "sandbox_fusion" not in spec.kwargs
         ):
-            return spec.with_kwargs({"sandbox_fusion": sandbox.model_dump()})
+            spec = spec.with_kwargs({"sandbox_fusion": sandbox.model_dump()})
+        # ... and those that name ``sandbox`` the local sandbox's isolation settings.
+        if "sandbox" in signature_of(spec.fn).params and "sandbox" not in spec.kwargs:
+            spec = spec.with_kwargs({"sandbox": self.config.sandbox.model_dump()})
         return spec
 
     def route(self, sample: Sample) -> ScorerSpec | None:

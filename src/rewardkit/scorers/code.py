@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rewardkit.result import SampleResult
 from rewardkit.scorers._text import truncate
-from rewardkit.scorers.sandbox import Limits, RunResult, run_python
+from rewardkit.scorers.sandbox import Limits, RunResult, SandboxUnavailable, run_python
 
 _PY_TAGS = ("python", "py", "python3")
 _RESULT_MARK = "__REWARDKIT_RESULT__"
@@ -230,7 +231,9 @@ def judge(test: TestCase, run: RunResult) -> str | None:
     return f"wrong answer: expected {truncate(json.dumps(test.expected), 80)}, got {truncate(json.dumps(got), 80)}"
 
 
-async def _run(test: TestCase, limits: Limits, sandbox_fusion: dict | None) -> RunResult:
+async def _run(
+    test: TestCase, limits: Limits, sandbox_fusion: dict | None, sandbox: dict | None = None
+) -> RunResult:
     if sandbox_fusion and sandbox_fusion.get("url"):
         from rewardkit.scorers.sandbox_fusion import run_python_remote
 
@@ -242,7 +245,7 @@ async def _run(test: TestCase, limits: Limits, sandbox_fusion: dict | None) -> R
             memory_limit_mb=int(sandbox_fusion.get("memory_limit_mb") or limits.memory_mb),
             max_concurrent=int(sandbox_fusion.get("max_concurrent") or 64),
         )
-    return await run_python(test.program, test.stdin, limits)
+    return await run_python(test.program, test.stdin, limits, isolation=sandbox)
 
 
 async def compute_score(
@@ -254,16 +257,20 @@ async def compute_score(
     max_tests: int | None = None,
     stop_on_first_failure: bool = False,
     sandbox_fusion: dict | None = None,
-) -> dict[str, Any]:
+    sandbox: dict | None = None,
+) -> dict[str, Any] | SampleResult:
     """Run the response's Python solution against the tests in ``ground_truth``.
 
     ``timeout_s`` is the wall deadline of each test; once the tests have run for ``total_timeout_s``
     in all (time spent waiting for a free sandbox does not count), the rest count as failed. ``memory_mb`` caps each test's address space. ``max_tests`` keeps
     only the first tests; ``stop_on_first_failure`` skips the rest after a failure (they count as
     failed). ``sandbox_fusion`` (``{"url", "max_concurrent", "memory_limit_mb"}``) runs the tests on a
-    SandboxFusion server instead of locally.
+    SandboxFusion server instead of locally. ``sandbox`` (``{"mode", "allow_unconfined", "disk_mb"}``,
+    the ``reward.sandbox`` config) sets the local isolation; when it cannot be had here the sample is
+    ``failed`` with reason ``sandbox_unavailable``, never run with less.
 
-    Returns ``{"score": passed / total, "acc": all passed, "passed", "total", "first_failure": the first failure's reason or None}``.
+    Returns ``{"score": passed / total, "acc": all passed, "passed", "total", "first_failure": the first failure's reason or None}``,
+    or a ``failed`` :class:`~rewardkit.result.SampleResult` (reason ``sandbox_unavailable``).
     """
     code = extract_code(response or "")
     tests = build_tests(code, ground_truth)
@@ -274,7 +281,8 @@ async def compute_score(
     total = len(tests)
     if not code.strip():
         return {"score": 0.0, "acc": False, "passed": 0, "total": total, "first_failure": "empty solution"}
-    limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
+    disk_mb = int((sandbox or {}).get("disk_mb") or Limits.disk_mb)
+    limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb, disk_mb=disk_mb)
     passed = 0
     first_error: str | None = None
     spent = 0.0  # seconds spent running tests; time queued for a sandbox slot does not count
@@ -282,7 +290,10 @@ async def compute_score(
         if total_timeout_s is not None and spent > total_timeout_s:
             first_error = first_error or f"{test.label}: not run, total_timeout_s={total_timeout_s} exceeded"
             break
-        run = await _run(test, limits, sandbox_fusion)
+        try:
+            run = await _run(test, limits, sandbox_fusion, sandbox)
+        except SandboxUnavailable as e:
+            return SampleResult.failed("sandbox_unavailable", str(e))
         spent += run.wall_s
         reason = judge(test, run)
         if reason is None:

@@ -1,21 +1,24 @@
 """A local sandbox for untrusted Python: one short-lived, resource-limited subprocess per run.
 
-Model-written code never runs in rewardkit's own process. Each run gets:
+Model-written code never runs in rewardkit's own process, and never with more privilege than an
+unprivileged user. How it is isolated is chosen by :mod:`rewardkit.scorers.sandbox_isolation`
+(``namespaces``, ``bwrap``, or the opt-in ``unconfined``); a confined run gets a minimal read-only
+root, a uid of its own, ``no_new_privs``, fresh PID and network namespaces, an empty environment and
+a size-capped tmpfs (:mod:`rewardkit.scorers.sandbox_launcher`). When no confined mode works here,
+:func:`run_python` raises :class:`SandboxUnavailable` rather than run the code with less.
 
-* its own temporary directory as working directory (``HOME`` and ``TMPDIR`` too), removed afterwards;
-* ``python -I`` (isolated mode: no user site-packages, no ``PYTHON*`` variables, cwd not on ``sys.path``)
-  with a scrubbed environment;
+Every mode also gets:
+
+* ``python -I`` (isolated mode: no user site-packages, no ``PYTHON*`` variables, cwd not on ``sys.path``);
 * rlimits set by a tiny launcher before it ``exec``s the interpreter: CPU seconds, address space,
   file size (which also caps what it can print), open files, processes, no core dumps;
-* a wall-clock deadline after which its whole process group is killed;
+* a wall-clock deadline after which it is killed with everything it started;
 * on Linux, death with the process that started it (``PR_SET_PDEATHSIG``): a worker killed at its
-  deadline or crashed leaves no sandboxed program behind;
-* no network, through ``unshare --net`` (plus a private PID namespace, so nothing it spawns survives)
-  where the platform allows it; otherwise a warning, once per process;
-* when rewardkit runs as root, a throw-away unprivileged uid, so it cannot read root-only files.
+  deadline or crashed leaves no sandboxed program behind.
 
-This is defence in depth for reward computation, not a container: run truly hostile code
-in a remote sandbox (SandboxFusion) or a VM.
+The ``unconfined`` mode (the sandbox of old) only adds its own temporary directory, ``unshare --net``
+where the platform allows it, and, as root, a throw-away uid when that uid can reach the interpreter.
+For code you must not trust with a kernel, use a remote sandbox (SandboxFusion) or a VM.
 """
 
 from __future__ import annotations
@@ -37,9 +40,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rewardkit.runtime.limits import Limiter
-
-#: Where the launcher's own failures are reported (exit status), so they are not mistaken for the program's.
-LAUNCH_FAILED = 97
+from rewardkit.scorers.sandbox_isolation import (  # noqa: F401  (SandboxUnavailable: re-exported)
+    Isolation,
+    SandboxUnavailable,
+    launcher_config,
+    resolve,
+    sandbox_env,
+)
+from rewardkit.scorers.sandbox_isolation import command as isolation_command
+from rewardkit.scorers.sandbox_limits import LAUNCH_FAILED, Limits  # noqa: F401  (re-exported)
 
 # The launcher forks: the child sets the limits, drops privileges and execs the program; the parent
 # (pid 1 of the namespace when there is one, so its exit takes every straggler with it) waits and
@@ -85,25 +94,6 @@ if c["status_file"]:
         f.write(str(status))
 os._exit(0)
 """.replace("%d", str(LAUNCH_FAILED))
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for one sandboxed run.
-
-    ``timeout_s`` is the wall-clock deadline; ``cpu_s`` defaults to it rounded up, plus one.
-    ``output_bytes`` is how much of stdout/stderr is read back; ``file_size_mb`` caps every file the
-    program writes, its stdout and stderr included.
-    """
-
-    timeout_s: float = 4.0
-    cpu_s: int | None = None
-    memory_mb: int = 1024
-    file_size_mb: int = 16
-    max_processes: int = 64
-    max_open_files: int = 256
-    output_bytes: int = 8 << 20
-    isolate_network: bool = True
 
 
 @dataclass
@@ -342,22 +332,33 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
-async def run_python(program: str, stdin: str = "", limits: Limits | None = None) -> RunResult:
+async def run_python(
+    program: str,
+    stdin: str = "",
+    limits: Limits | None = None,
+    isolation: Isolation | dict | None = None,
+) -> RunResult:
     """Run ``program`` (Python source) in a fresh sandboxed subprocess, feeding it ``stdin``.
 
-    Raises :class:`RuntimeError` only when the sandbox itself cannot start (not for anything the
-    program does): that is an infrastructure failure, not a wrong answer.
+    ``isolation`` (an :class:`~rewardkit.scorers.sandbox_isolation.Isolation` or the ``sandbox:`` config
+    dict) picks the mode; by default the best confined one that works here. Raises
+    :class:`SandboxUnavailable` when the requested isolation cannot be had, and :class:`RuntimeError`
+    when the sandbox itself cannot start (never for anything the program does): those are
+    infrastructure failures, not wrong answers.
     """
     limits = limits or Limits()
+    mode = await asyncio.to_thread(resolve, Isolation.coerce(isolation))  # the first call probes
     prefix: list[str] = []
-    if limits.isolate_network:
+    if mode == "unconfined" and limits.isolate_network:
         prefix = network_isolation()
         if not prefix:
             _warn_no_network_isolation()
     async with LOCAL_LIMITER.hold():
         workdir = tempfile.mkdtemp(prefix="rewardkit-sandbox-")
         try:
-            return await _run_in(workdir, prefix, program, stdin, limits)
+            if mode == "unconfined":
+                return await _run_in(workdir, prefix, program, stdin, limits)
+            return await _run_confined(mode, workdir, program, stdin, limits)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -368,34 +369,64 @@ async def _run_in(workdir: str, prefix: list[str], program: str, stdin: str, lim
         f.write(program)
     os.chmod(script, 0o644)
     config = {**_base_config(workdir, limits), "uid": _choose_uid(workdir)}
+
+    def make_command(status_path: str, _status_fd: int, _program_fd: int) -> list[str]:
+        config["status_file"] = status_path
+        return [*prefix, sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
+
+    return await _supervise(make_command, workdir, config["env"], program, stdin, limits, pass_fds=False)
+
+
+async def _run_confined(mode: str, workdir: str, program: str, stdin: str, limits: Limits) -> RunResult:
+    # ``workdir`` (empty) is where the namespaces launcher mounts the sandbox's new root.
+    def make_command(_status_path: str, status_fd: int, program_fd: int) -> list[str]:
+        return isolation_command(mode, launcher_config(mode, limits, workdir, status_fd, program_fd))
+
+    return await _supervise(make_command, workdir, sandbox_env(), program, stdin, limits)
+
+
+async def _supervise(
+    make_command: Callable[[str, int, int], list[str]],
+    workdir: str,
+    env: dict[str, str],
+    program: str,
+    stdin: str,
+    limits: Limits,
+    pass_fds: bool = True,
+) -> RunResult:
+    """Start the launcher, enforce the wall deadline, and read back what the program did."""
     # stdin/stdout/stderr are files outside the work directory: no pipe to drain, no deadlock, and
-    # RLIMIT_FSIZE caps how much the program can print.
+    # RLIMIT_FSIZE caps how much the program can print. The confined launchers get the program and
+    # the status file as inherited fds.
     io_dir = tempfile.mkdtemp(prefix="rewardkit-io-")
     try:
-        in_path, out_path, err_path, status_path = (
-            os.path.join(io_dir, n) for n in ("in", "out", "err", "status")
+        in_path, out_path, err_path, status_path, program_path = (
+            os.path.join(io_dir, n) for n in ("in", "out", "err", "status", "program")
         )
-        config["status_file"] = status_path
         with open(in_path, "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(stdin or "")
-        with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+        with open(program_path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(program)
+        with (
+            open(in_path, "rb") as fin,
+            open(out_path, "wb") as fout,
+            open(err_path, "wb") as ferr,
+            open(status_path, "wb") as fstatus,
+            open(program_path, "rb") as fprogram,
+        ):
+            cmd = make_command(status_path, fstatus.fileno(), fprogram.fileno())
             start = time.monotonic()
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *prefix,
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    _LAUNCHER,
-                    json.dumps(config),
+                    *cmd,
                     stdin=fin,
                     stdout=fout,
                     stderr=ferr,
                     cwd=workdir,
-                    env=config["env"],
+                    env=env,
                     start_new_session=True,
                     preexec_fn=_die_with_this_process(),
+                    pass_fds=(fstatus.fileno(), fprogram.fileno()) if pass_fds else (),
                 )
             except OSError as e:
                 raise RuntimeError(f"sandbox: cannot start a subprocess: {e}") from e
