@@ -137,6 +137,10 @@ class RewardConfig(_Model):
     failure_score: float | None = Field(None, description="score reported for failed samples; default nan")
     abstain_score: float | None = Field(None, description="score reported for abstained samples; default nan")
     default_scorer: str | None = Field(None, description="scorer for data sources no scorer claims")
+    strict_routing: bool = Field(
+        False,
+        description="raise for a sample no scorer applies to, instead of failing it with reason unroutable",
+    )
     ray_address: str | None = None
     reward_manager: RewardManagerConfig = Field(default_factory=RewardManagerConfig)
     custom_reward_function: CustomRewardFunctionConfig = Field(default_factory=CustomRewardFunctionConfig)

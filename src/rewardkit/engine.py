@@ -41,6 +41,8 @@ class RewardEngine:
         self._lock = threading.Lock()
         self._closed = False
         self._manager_cls = self._resolve_manager_class()
+        if self.config.default_scorer is not None:  # a config error fails here, not per sample
+            self.registries.scorers.get(self.config.default_scorer)
         if self.config.reward_model.enable:
             self._backend_cls = self.registries.backends.get(self.config.reward_model.backend)
         self._executor_cls = self.registries.executors.get(self._executor_name())

@@ -22,6 +22,7 @@ FAILURE_REASONS = (
     "http",  # a judge / remote RM request failed for good
     "circuit_open",  # the judge server was declared dead; not even tried
     "component_failed",  # a component of a composite score failed
+    "unroutable",  # no scorer applies (unknown / missing data_source, or a query without its prompt)
 )
 
 
