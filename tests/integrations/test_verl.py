@@ -338,7 +338,9 @@ def test_compute_score_same_keys_for_ok_failed_and_abstained(rk_config):
     assert outs[0]["acc"] is None and outs[1]["acc"] is True and outs[2]["acc"] is None
     assert outs[0]["error"] == "ValueError: asked to fail" or "asked to fail" in outs[0]["error"]
     assert json.loads(outs[1]["extra"]) == {"ntok": None}  # undeclared extras travel as JSON text
-    declared = rk_verl.compute_score("toy", "FAIL", "42", rewardkit_config={**rk_config, "extra_keys": ["ntok"]})
+    declared = rk_verl.compute_score(
+        "toy", "FAIL", "42", rewardkit_config={**rk_config, "extra_keys": ["ntok"]}
+    )
     assert declared["ntok"] is None and declared["extra"] == ""
 
 
@@ -406,7 +408,9 @@ def test_our_manager_keeps_acc_and_pred_for_verls_metrics(tokenizer):
     assert list(legacy) == list(infos[0]) and legacy["acc"] == [i["acc"] for i in infos]
     extra = {k: [i[k] for i in infos] for k in infos[0]}
     counts = {("openai/gsm8k", "u0"): 2, ("openai/gsm8k", "u1"): 2}
-    metrics = process_validation_metrics(["openai/gsm8k"] * 4, ["u0", "u0", "u1", "u1"], extra, expected_acc_counts=counts)
+    metrics = process_validation_metrics(
+        ["openai/gsm8k"] * 4, ["u0", "u0", "u1", "u1"], extra, expected_acc_counts=counts
+    )
     # verl counts a None acc as a failed session (acc 0) and keeps the success-only mean apart
     assert metrics["openai/gsm8k"]["acc"]["mean@2"] == pytest.approx(0.25)
     assert metrics["openai/gsm8k"]["acc_success_only"]["mean@1"] == pytest.approx(0.5)

@@ -40,7 +40,7 @@ from rewardkit.integrations.sample_info import info_keys, reported_score, sample
 
 if TYPE_CHECKING:
     from rewardkit.engine import RewardEngine
-    from rewardkit.result import RewardResult, SampleResult
+    from rewardkit.result import RewardResult
 
 #: Environment variable holding a rewardkit config path (or inline JSON) for the verl adapters.
 ENV_CONFIG = "REWARDKIT_CONFIG"
@@ -399,7 +399,10 @@ class RewardKitRewardManager:
         result = await asyncio.to_thread(self.engine.compute, records)
         self._examine(records, result)
         info = self.sample_infos(result, records)[0]
-        return {"reward_score": reported_score(result.samples[0], self.engine.config), "reward_extra_info": info}
+        return {
+            "reward_score": reported_score(result.samples[0], self.engine.config),
+            "reward_extra_info": info,
+        }
 
     @classmethod
     def assemble_rm_scores(cls, data: Any, scores: list[float]) -> Any:

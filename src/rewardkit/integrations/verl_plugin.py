@@ -24,7 +24,12 @@ NAME = "rewardkit"
 def register() -> bool:
     """Register the manager in verl's reward-loop registry (idempotent); False if verl lacks one."""
     try:
-        from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER, register as verl_register
+        from verl.experimental.reward_loop.reward_manager.registry import (
+            REWARD_MANAGER,
+        )
+        from verl.experimental.reward_loop.reward_manager.registry import (
+            register as verl_register,
+        )
     except ImportError as e:
         warnings.warn(
             f"rewardkit: cannot register reward manager {NAME!r} with verl ({e}); use "
