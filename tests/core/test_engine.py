@@ -126,9 +126,7 @@ def test_unknown_data_source_lists_known_ones_and_default_scorer(reward_file, si
     assert r.status == ["ok", "failed"] and r.reasons == [None, "unroutable"]
     assert r.scores[0] == 1.0 and math.isnan(r.scores[1])
     msg = r.errors[1]
-    assert msg.startswith(
-        "sample 1, field 'data_source': unknown data source 'echo/v2'. Did you mean 'echo/v1'?"
-    )
+    assert msg.startswith("field 'data_source': unknown data source 'echo/v2'. Did you mean 'echo/v1'?")
     assert "echo/v1" in msg and "default_scorer" in msg
     assert r.metrics["reward/failed/unroutable"] == 1.0 and r.metrics["reward/num_ok"] == 1.0
     # strict_routing: the first unroutable sample raises for the batch
@@ -137,7 +135,9 @@ def test_unknown_data_source_lists_known_ones_and_default_scorer(reward_file, si
             [{"response": "a", "data_source": "echo/v1"}, {"response": "b", "data_source": "echo/v2"}],
             {"executor": "inline", "strict_routing": True},
         )
-    assert info.value.index == 1 and info.value.reason == "unroutable" and str(info.value) == msg
+    assert (
+        info.value.index == 1 and info.value.reason == "unroutable" and str(info.value) == "sample 1, " + msg
+    )
     r = rewardkit.compute(
         [{"response": "abc", "data_source": "echo/v2"}, {"response": "a"}],
         {"executor": "inline", "default_scorer": "echo"},
@@ -145,7 +145,7 @@ def test_unknown_data_source_lists_known_ones_and_default_scorer(reward_file, si
     assert r.scores == [3.0, 1.0]
     r = rewardkit.compute([{"response": "a"}, {"response": ""}], {"executor": "inline"})
     assert r.reasons == ["unroutable", "unroutable"]
-    assert r.errors[0].startswith("sample 0, field 'data_source': missing")
+    assert r.errors[0].startswith("field 'data_source': missing")
     with pytest.raises(SampleError, match="sample 0, field 'data_source': missing"):
         rewardkit.compute([{"response": "a"}], {"executor": "inline", "strict_routing": True})
 

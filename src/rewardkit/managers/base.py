@@ -101,7 +101,11 @@ class ManagerContext:
 
     def unroutable(self, samples: Sequence[Sample]) -> dict[int, SampleResult]:
         """Failed results (reason ``unroutable``, the routing error as text) by position, for the
-        samples no scorer applies to. With ``strict_routing`` the first such sample raises instead."""
+        samples no scorer applies to. With ``strict_routing`` the first such sample raises instead.
+
+        The text leaves out the sample's index: it belongs to that sample, and an index inside a
+        shard (Ray, process pools) would name the wrong one.
+        """
         out: dict[int, SampleResult] = {}
         if self._custom is not None:
             return out
@@ -111,7 +115,8 @@ class ManagerContext:
             except SampleError as e:
                 if self.config.strict_routing or e.reason != "unroutable":
                     raise
-                out[pos] = SampleResult.failed("unroutable", str(e))
+                where = f"field {e.field!r}: " if e.field else ""
+                out[pos] = SampleResult.failed("unroutable", where + e.detail)
         return out
 
 
