@@ -339,8 +339,12 @@ class RewardKitRewardManager:
         )
 
     # -- scoring ---------------------------------------------------------------------------------
-    def score(self, data: Any) -> tuple[RewardResult, Any, list[dict[str, Any]]]:
-        """Score a ``DataProto``: the rewardkit result, the reward tensor built from it, the records."""
+    def score(self, data: Any) -> tuple[RewardResult, Any]:
+        """Score a ``DataProto``: the rewardkit result and the reward tensor built from it."""
+        result, reward_tensor, _ = self._score(data)
+        return result, reward_tensor
+
+    def _score(self, data: Any) -> tuple[RewardResult, Any, list[dict[str, Any]]]:
         records, response_mask = self.records(data)
         result = self.engine.compute(records)
         reward_tensor = result.token_level_rewards(response_mask)
@@ -383,7 +387,7 @@ class RewardKitRewardManager:
             keys = (getattr(data, "meta_info", None) or {}).get("reward_extra_keys", [])
             extra = {k: list(data.non_tensor_batch[k]) for k in keys}
             return {"reward_tensor": data.batch["rm_scores"], "reward_extra_info": extra}
-        result, reward_tensor, records = self.score(data)
+        result, reward_tensor, records = self._score(data)
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": self.extra_info(result, records)}
         return reward_tensor

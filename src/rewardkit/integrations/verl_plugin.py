@@ -30,7 +30,7 @@ def register() -> bool:
         from verl.experimental.reward_loop.reward_manager.registry import (
             register as verl_register,
         )
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 - verl would swallow it silently; say why instead
         warnings.warn(
             f"rewardkit: cannot register reward manager {NAME!r} with verl ({e}); use "
             "reward_manager.source: importlib with module.path: pkg://rewardkit.integrations.verl",
