@@ -244,6 +244,10 @@ async def test_default_scorer_scores_openrlhf_requests(make_client):
     body = await (await client.post("/get_reward", json=payload)).json()
     assert body["status"] == ["ok"] and body["rewards"] == [1.0] and body["extra_logs"]["acc"] == [1.0]
     assert "pred" not in body["extra_logs"]  # not a number: not for OpenRLHF's tensors
+    bad = {"query": ["no prompt here"], "prompts": ["Q: "], "labels": ["4"]}
+    assert (await (await client.post("/get_reward", json=bad)).json())["reasons"] == ["unroutable"]
+    metrics = await (await client.get("/metrics")).text()
+    assert 'rewardkit_sample_failures_total{reason="unroutable"} 1' in metrics
     with pytest.raises(Exception, match="unknown scorer 'gsm8kk'"):
         create_app({"executor": "inline"}, default_scorer="gsm8kk")
 

@@ -97,6 +97,7 @@ def verl_config(tokenizer_dir, reward_manager: dict):
 
 
 REGISTER = {"source": "register", "name": "rewardkit", "module": {"path": None, "name": None}}
+VERL_NAIVE = {"source": "register", "name": "naive", "module": {"path": None, "name": None}}  # verl's own
 IMPORTLIB = {
     "source": "importlib",
     "name": "RewardKitRewardManager",
@@ -124,16 +125,36 @@ def test_import_verl_registers_rewardkit_in_a_fresh_ray_worker(ray_cluster):
     assert ray_cluster.get(lookup.remote(), timeout=180) == "RewardKitRewardManager"
 
 
-def test_sample_error_crosses_a_ray_actor_with_its_fields(ray_cluster):
+def test_every_rewardkit_error_crosses_a_ray_actor_with_its_fields(ray_cluster):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "rk_error_cases", ROOT / "tests" / "core" / "test_errors.py"
+    )
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+
     @ray_cluster.remote(num_cpus=0)
     class Raiser:
-        def boom(self):
-            raise SampleError(3, "data_source", "unknown data source 'x'", reason="unroutable")
+        def boom(self, err):
+            raise err
 
     actor = Raiser.remote()
     try:
+        for case in cases.CASES:
+            with pytest.raises(type(case)) as info:  # not UnserializableException
+                ray_cluster.get(actor.boom.remote(case), timeout=120)
+            err = info.value
+            assert str(case) in str(err)
+            for key, value in vars(case).items():
+                assert getattr(err, key) == value, (type(case).__name__, key)
         with pytest.raises(SampleError) as info:
-            ray_cluster.get(actor.boom.remote(), timeout=120)
+            ray_cluster.get(
+                actor.boom.remote(
+                    SampleError(3, "data_source", "unknown data source 'x'", reason="unroutable")
+                ),
+                timeout=120,
+            )
         err = info.value
         assert (err.index, err.field, err.reason, err.detail) == (
             3,
@@ -141,12 +162,15 @@ def test_sample_error_crosses_a_ray_actor_with_its_fields(ray_cluster):
             "unroutable",
             "unknown data source 'x'",
         )
-        assert "sample 3, field 'data_source'" in str(err)
     finally:
         ray_cluster.kill(actor)
 
 
-@pytest.mark.parametrize("reward_manager", [REGISTER, IMPORTLIB], ids=["register", "importlib"])
+@pytest.mark.parametrize(
+    "reward_manager",
+    [REGISTER, IMPORTLIB, VERL_NAIVE],
+    ids=["register", "importlib", "verl-naive+compute_score"],
+)
 def test_verls_reward_loop_scores_a_mixed_batch(ray_cluster, tokenizer_dir, reward_manager):
     from tiny_models import build_tokenizer
     from verl.experimental.reward_loop import RewardLoopManager
@@ -159,7 +183,8 @@ def test_verls_reward_loop_scores_a_mixed_batch(ray_cluster, tokenizer_dir, rewa
     manager = RewardLoopManager(verl_config(tokenizer_dir, reward_manager))
     try:
         assert len(manager.reward_loop_workers) == 2
-        out = manager.compute_rm_score(data)  # raised KeyError('acc') with a failed first sample
+        # verl-naive: raised KeyError('acc') with a failed first sample; ours lost acc/pred
+        out = manager.compute_rm_score(data)
     finally:
         for w in manager.reward_loop_workers:
             ray_cluster.kill(w)
@@ -168,8 +193,9 @@ def test_verls_reward_loop_scores_a_mixed_batch(ray_cluster, tokenizer_dir, rewa
     assert info["reason"][0] == "unroutable" and "no/such/source" in info["error"][0]
     assert list(info["acc"]) == [None, True, False, True, False]
     assert list(info["pred"]) == [None, "4", "5", "7", None]
-    assert set(info) >= {"score", "status", "reason", "error", "acc", "pred", "extra", "empty_response"}
-    assert list(info["empty_response"]) == [False, False, False, False, True]
+    assert set(info) >= {"score", "status", "reason", "error", "acc", "pred", "extra"}
+    if reward_manager is not VERL_NAIVE:  # verl's own manager calls our compute_score per sample
+        assert list(info["empty_response"]) == [False, False, False, False, True]
     # one reward per row on its last valid response token; the failed sample gets failure_score (0.0)
     assert rm_scores.shape == data.batch["responses"].shape
     assert rm_scores.sum(-1).tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
