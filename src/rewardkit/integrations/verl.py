@@ -9,7 +9,13 @@ As verl's custom reward function (every sample goes through rewardkit's registri
         reward_kwargs: {rewardkit_config: /path/to/rewardkit.yaml}   # or env REWARDKIT_CONFIG
 
 As verl's reward manager (whole batches at once: process pools, DAPO length penalty on token
-counts, typed failures in ``reward_extra_info``)::
+counts, typed failures in ``reward_extra_info``), registered as ``rewardkit`` by the
+``verl.plugins`` entry point (:mod:`rewardkit.integrations.verl_plugin`)::
+
+    reward:
+      reward_manager: {source: register, name: rewardkit}
+
+or without the entry point::
 
     reward:
       reward_manager:
