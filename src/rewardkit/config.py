@@ -226,6 +226,14 @@ class RewardConfig(_Model):
     failure_score: float | None = Field(None, description="score reported for failed samples; default nan")
     abstain_score: float | None = Field(None, description="score reported for abstained samples; default nan")
     default_scorer: str | None = Field(None, description="scorer for data sources no scorer claims")
+    extra_keys: list[str] = Field(
+        default_factory=list,
+        description="scorer extras every sample reports to trainers (None where absent); acc, pred always",
+    )
+    strict_routing: bool = Field(
+        False,
+        description="raise for a sample no scorer applies to, instead of failing it with reason unroutable",
+    )
     ray_address: str | None = None
     reward_manager: RewardManagerConfig = Field(default_factory=RewardManagerConfig)
     custom_reward_function: CustomRewardFunctionConfig = Field(default_factory=CustomRewardFunctionConfig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Iterable
@@ -44,6 +45,8 @@ class RewardEngine:
         self._lock = threading.Lock()
         self._closed = False
         self._manager_cls = self._resolve_manager_class()
+        if self.config.default_scorer is not None:  # a config error fails here, not per sample
+            self.registries.scorers.get(self.config.default_scorer)
         if self.config.reward_model.enable:
             self._backend_cls = self.registries.backends.get(self.config.reward_model.backend)
         self._executor_cls = self.registries.executors.get(self._executor_name())
@@ -141,6 +144,12 @@ class RewardEngine:
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
         return self._ensure_loop().run(self._score(samples))
+
+    def submit(self, samples: Iterable[Any]) -> concurrent.futures.Future[RewardResult]:
+        """Start scoring a batch on the engine's loop and return at once; the result as a future."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        return self._ensure_loop().submit(self._score(samples))
 
     async def _score(self, samples: Iterable[Any]) -> RewardResult:
         """Score a batch; runs on the engine's loop."""

@@ -12,7 +12,22 @@ from collections.abc import Iterable
 
 
 class RewardKitError(Exception):
-    """Base class of every error rewardkit raises."""
+    """Base class of every error rewardkit raises.
+
+    Every subclass pickles with its fields (so it crosses Ray and process pools as itself, not as
+    ``UnserializableException``): it is rebuilt from its message and attributes, without calling
+    its ``__init__``, whatever that subclass's signature is.
+    """
+
+    def __reduce__(self):  # type: ignore[override]
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[RewardKitError], args: tuple, state: dict) -> RewardKitError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class ConfigError(RewardKitError, ValueError):
@@ -20,11 +35,17 @@ class ConfigError(RewardKitError, ValueError):
 
 
 class SampleError(RewardKitError, ValueError):
-    """A sample is malformed. ``index`` and ``field`` name the culprit."""
+    """A sample is malformed or cannot be routed. ``index``, ``field`` and ``reason`` name the culprit.
 
-    def __init__(self, index: int | None, field: str | None, message: str):
+    ``reason`` is the failure reason the sample gets where it fails alone (``invalid_sample``,
+    ``unroutable``); ``detail`` is the message without the ``sample i, field f:`` prefix.
+    """
+
+    def __init__(self, index: int | None, field: str | None, message: str, reason: str = "invalid_sample"):
         self.index = index
         self.field = field
+        self.reason = reason
+        self.detail = message
         where = []
         if index is not None:
             where.append(f"sample {index}")
@@ -49,7 +70,7 @@ class UnknownNameError(RewardKitError, KeyError):
     """A name was asked for that no loaded plugin registered."""
 
     def __init__(self, kind: str, name: str, known: Iterable[str], hint: str = ""):
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.hint = kind, name, hint
         self.known = sorted(known)
         close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.6)
         msg = f"unknown {kind} {name!r}."

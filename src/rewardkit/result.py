@@ -24,6 +24,7 @@ FAILURE_REASONS = (
     "component_failed",  # a component of a composite score failed
     "invalid_total",  # the weighted sum of finite components is inf or nan
     "sandbox_unavailable",  # the code sandbox's isolation cannot be had on this machine
+    "unroutable",  # no scorer applies (unknown / missing data_source, or a query without its prompt)
 )
 
 

@@ -6,14 +6,20 @@ Endpoints:
   "reasons", "errors", "extra", "components", "metrics"}`` (``null`` where a score is ``nan``).
 * ``POST /get_reward``: OpenRLHF's remote reward model protocol. ``{"query": [...], "prompts":
   [...], "labels": [...]}`` → ``{"rewards": [...], "scores": [...], "extra_logs": {...}, "status",
-  "reasons"}``. Each ``query`` is prompt + response; the response is what follows the prompt.
-  ``labels`` are the ground truths. Where a sample failed or abstained, its reward is the config's
-  ``failure_score`` / ``abstain_score`` (default ``0.0``, as OpenRLHF needs a number) and
-  ``status`` / ``extra_logs.failed`` say so.
+  "reasons", "errors"}``. Each ``query`` is prompt + response; the response is what follows the
+  prompt (a query without its prompt fails alone, reason ``unroutable``). ``labels`` are the
+  ground truths. Where a sample failed or abstained, its reward is the config's ``failure_score``
+  / ``abstain_score`` (default ``0.0``, as OpenRLHF needs a number) and ``status`` /
+  ``extra_logs.failed`` say so. ``scores`` (OpenRLHF's dynamic-filtering value) is the scorer's
+  ``acc`` where it gives one, else the reward; ``extra_logs`` holds one number per sample for
+  ``failed``, ``abstained``, ``acc`` and the other numeric extras of ``reward.extra_keys``.
+  OpenRLHF sends no data source: ``--default-scorer gsm8k`` scores its requests out of the box.
 * ``GET /health`` (never needs the token) and ``GET /metrics`` (Prometheus text format).
 
 Errors are JSON ``{"error": ..., ...}``: 400 (not JSON, wrong shape), 401 (token), 413 (body or
-batch too large), 422 (a bad sample: ``index`` and ``field`` name it), 503 (shutting down).
+batch too large), 422 (a malformed sample: ``index`` and ``field`` name it), 503 (shutting down);
+each is logged (logger ``rewardkit.serve``, WARNING) with its reason. A sample no scorer applies to
+is not an error: it fails alone, reason ``unroutable``.
 SIGTERM / SIGINT stop accepting connections, let in-flight batches finish, then exit.
 
 Run it with ``rewardkit serve --config reward.yaml`` or ``python -m rewardkit.server``; embed or
@@ -27,6 +33,7 @@ import bisect
 import hmac
 import ipaddress
 import json
+import logging
 import math
 import os
 import signal
@@ -40,9 +47,13 @@ from typing import Any
 import click
 from aiohttp import web
 
-from rewardkit.config import RewardConfig
+from rewardkit.config import RewardConfig, load_config
 from rewardkit.engine import RewardEngine
 from rewardkit.errors import RewardKitError, SampleError
+from rewardkit.integrations.openrlhf import openrlhf_reply
+from rewardkit.result import SampleResult
+
+logger = logging.getLogger("rewardkit.serve")
 
 #: Environment variable read for the bearer token when ``--token`` is not given.
 TOKEN_ENV = "REWARDKIT_SERVE_TOKEN"
@@ -164,16 +175,20 @@ async def _score(state: ServerState, records: list[Any]):
     return result
 
 
-def _fallback_scores(result, config: RewardConfig) -> list[float]:
-    out = []
-    for score, r in zip(result.scores, result.samples, strict=True):
-        if r.status == "ok":
-            out.append(score)
-        elif r.status == "failed":
-            out.append(config.failure_score if config.failure_score is not None else 0.0)
-        else:
-            out.append(config.abstain_score if config.abstain_score is not None else 0.0)
-    return out
+def _log_failed_samples(endpoint: str, samples: list[SampleResult]) -> None:
+    failed = [(i, r) for i, r in enumerate(samples) if r.status == "failed"]
+    if failed:
+        reasons = Counter(r.reason for _, r in failed)
+        i, first = failed[0]
+        logger.warning(
+            "rewardkit serve: %s: %d of %d sample(s) failed (%s); first, sample %d: %s",
+            endpoint,
+            len(failed),
+            len(samples),
+            ", ".join(f"{k}: {n}" for k, n in sorted(reasons.items())),
+            i,
+            (first.error or "")[:300],
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +207,7 @@ async def handle_score(request: web.Request) -> web.Response:
         raise ApiError(400, f"'samples' must be a list, got {type(samples).__name__}", field="samples")
     _check_batch(state, len(samples), "samples")
     result = await _score(state, samples)
+    _log_failed_samples("/v1/score", result.samples)
     return _json(
         {
             "scores": result.scores,
@@ -257,6 +273,7 @@ async def handle_get_reward(request: web.Request) -> web.Response:
     labels = _list_field(body, ("labels",), n)
     sources = _list_field(body, ("data_source", "data_sources", "datasources"), n)
     records = []
+    unroutable: dict[int, SampleResult] = {}
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             raise ApiError(422, f"sample {i}, field 'query': must be a string", index=i, field="query")
@@ -264,34 +281,26 @@ async def handle_get_reward(request: web.Request) -> web.Response:
         if prompt is not None and not isinstance(prompt, str):
             raise ApiError(422, f"sample {i}, field 'prompts': must be a string", index=i, field="prompts")
         response = split_query(q, prompt, state.strip_tokens)
-        if response is None:
-            raise ApiError(
-                422,
+        if response is None:  # this sample cannot be scored; the others still are
+            unroutable[i] = SampleResult.failed(
+                "unroutable",
                 f"sample {i}, field 'query': does not contain its prompt (prompts[{i}]), so the response "
                 "cannot be told apart from it",
-                index=i,
-                field="query",
             )
+            continue
         rec: dict[str, Any] = {"prompt": prompt or "", "response": response}
         if labels is not None:
             rec["ground_truth"] = labels[i]
         if sources is not None:
             rec["data_source"] = sources[i]
         records.append(rec)
-    result = await _score(state, records)
-    rewards = _fallback_scores(result, state.engine.config)
-    return _json(
-        {
-            "rewards": rewards,
-            "scores": rewards,
-            "extra_logs": {
-                "failed": [float(s == "failed") for s in result.status],
-                "abstained": [float(s == "abstained") for s in result.status],
-            },
-            "status": result.status,
-            "reasons": result.reasons,
-        }
-    )
+    result = await _score(state, records) if records else None
+    scored = iter(result.samples if result is not None else [])
+    samples = [unroutable[i] if i in unroutable else next(scored) for i in range(n)]
+    state.samples["failed"] += len(unroutable)
+    state.failures["unroutable"] += len(unroutable)
+    _log_failed_samples("/get_reward", samples)
+    return _json(openrlhf_reply(samples, state.engine.config))
 
 
 async def handle_health(request: web.Request) -> web.Response:
@@ -365,6 +374,10 @@ async def handle_metrics(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------
 
 
+def _log_http_error(request: web.Request, code: int, reason: str) -> None:
+    logger.warning("rewardkit serve: %s %s -> %d: %s", request.method, request.path, code, reason[:500])
+
+
 @web.middleware
 async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     state = request.app[STATE]
@@ -388,12 +401,15 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         return response
     except ApiError as e:
         code = e.status
+        _log_http_error(request, code, str(e))
         return _json(e.payload, status=e.status)
     except web.HTTPException as e:  # aiohttp's own 404 / 405 / 413: answered as JSON too
         code = e.status
+        _log_http_error(request, code, e.reason or "error")
         return _json({"error": e.reason or "error", "path": request.path}, status=e.status)
     except Exception as e:  # noqa: BLE001 - a bug must answer 500 JSON, and the server stays up
         code = 500
+        logger.exception("rewardkit serve: %s %s -> 500", request.method, request.path)
         return _json({"error": f"internal error: {type(e).__name__}: {e}"}, status=500)
     finally:
         state.in_flight -= 1
@@ -414,6 +430,7 @@ def create_app(
     max_batch: int = DEFAULT_MAX_BATCH,
     max_body_mb: float = DEFAULT_MAX_BODY_MB,
     strip_tokens: tuple[str, ...] | list[str] = (),
+    default_scorer: str | None = None,
 ) -> web.Application:
     """The aiohttp application serving a reward engine.
 
@@ -424,12 +441,18 @@ def create_app(
     :param max_batch: most samples (or queries) in one request; more answers 413.
     :param max_body_mb: largest request body in MiB; more answers 413.
     :param strip_tokens: token texts (pad, EOS) stripped from the end of OpenRLHF responses.
+    :param default_scorer: overrides the config's ``default_scorer``, the scorer of samples with
+        no (or an unclaimed) data source, e.g. every OpenRLHF request (``--default-scorer gsm8k``).
     """
     if max_batch < 1:
         raise ValueError("max_batch must be at least 1")
     if max_body_mb <= 0:
         raise ValueError("max_body_mb must be positive")
     owns = not isinstance(engine_or_config, RewardEngine)
+    if default_scorer is not None:
+        if not owns:
+            raise ValueError("default_scorer needs a config, not a built RewardEngine")
+        engine_or_config = load_config(engine_or_config).model_copy(update={"default_scorer": default_scorer})
     engine = RewardEngine(engine_or_config) if owns else engine_or_config
     try:
         engine.manager  # noqa: B018 - build it now so errors surface at start-up
@@ -537,9 +560,16 @@ async def serve(
     "--strip-token", "strip_tokens", multiple=True, help="token text stripped from OpenRLHF responses"
 )
 @click.option(
+    "--default-scorer",
+    default=None,
+    help="scorer for samples without a data source, e.g. gsm8k for OpenRLHF's query/prompts/labels",
+)
+@click.option(
     "--shutdown-timeout", default=60.0, show_default=True, type=float, help="seconds to finish in-flight work"
 )
-def serve_command(config_path, host, port, token, max_batch, max_body_mb, strip_tokens, shutdown_timeout):
+def serve_command(
+    config_path, host, port, token, max_batch, max_body_mb, strip_tokens, default_scorer, shutdown_timeout
+):
     """Serve rewards over HTTP: /v1/score, OpenRLHF's /get_reward, /health, /metrics."""
     token = token or os.environ.get(TOKEN_ENV) or None
     if not is_loopback(host) and token is None:
@@ -549,7 +579,12 @@ def serve_command(config_path, host, port, token, max_batch, max_body_mb, strip_
         )
     try:
         app = create_app(
-            config_path, token, max_batch=max_batch, max_body_mb=max_body_mb, strip_tokens=strip_tokens
+            config_path,
+            token,
+            max_batch=max_batch,
+            max_body_mb=max_body_mb,
+            strip_tokens=strip_tokens,
+            default_scorer=default_scorer,
         )
     except RewardKitError as e:
         raise click.ClickException(str(e)) from None

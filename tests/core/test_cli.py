@@ -77,8 +77,13 @@ def test_score_bad_config_and_unknown_data_source(setup, tmp_path):
     bad.write_text("reward:\n  timeout_s: -1\n")
     res = CliRunner().invoke(cli, ["score", str(rollouts), "-c", str(bad)])
     assert res.exit_code == 1 and "reward.timeout_s" in res.output
-    res = CliRunner().invoke(cli, ["score", str(rollouts), "--executor", "inline"])
-    assert res.exit_code == 1 and "unknown data source 'a'" in res.output
+    # samples whose data source no scorer claims fail alone (reason unroutable); the run goes on
+    out = tmp_path / "scored.jsonl"
+    res = CliRunner().invoke(cli, ["score", str(rollouts), "-o", str(out), "--executor", "inline"])
+    assert res.exit_code == 0 and "unroutable" in res.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["status"] for r in lines} == {"failed"} and {r["reason"] for r in lines} == {"unroutable"}
+    assert "unknown data source 'a'" in lines[0]["error"]
 
 
 def test_score_help_mentions_fields():

@@ -6,7 +6,7 @@ import math
 import pytest
 
 import rewardkit
-from rewardkit.errors import ConfigError, SampleError
+from rewardkit.errors import ConfigError, SampleError, UnknownNameError
 
 from .conftest import make_dist
 
@@ -118,22 +118,55 @@ def test_unknown_data_source_lists_known_ones_and_default_scorer(reward_file, si
         "import rewardkit\n\ndef echo(response):\n    return len(response)\n\n"
         "@rewardkit.hookimpl\ndef register_scorers(register):\n    register(echo, data_sources=['echo/v1'])\n",
     )
+    # One unroutable sample fails alone (reason unroutable, the routing error as text); the rest score.
+    r = rewardkit.compute(
+        [{"response": "a", "data_source": "echo/v1"}, {"response": "b", "data_source": "echo/v2"}],
+        {"executor": "inline"},
+    )
+    assert r.status == ["ok", "failed"] and r.reasons == [None, "unroutable"]
+    assert r.scores[0] == 1.0 and math.isnan(r.scores[1])
+    msg = r.errors[1]
+    assert msg.startswith("field 'data_source': unknown data source 'echo/v2'. Did you mean 'echo/v1'?")
+    assert "echo/v1" in msg and "default_scorer" in msg
+    assert r.metrics["reward/failed/unroutable"] == 1.0 and r.metrics["reward/num_ok"] == 1.0
+    # strict_routing: the first unroutable sample raises for the batch
     with pytest.raises(SampleError) as info:
         rewardkit.compute(
-            [{"response": "a", "data_source": "echo/v1"}, {"response": "b", "data_source": "echo/v2"}]
+            [{"response": "a", "data_source": "echo/v1"}, {"response": "b", "data_source": "echo/v2"}],
+            {"executor": "inline", "strict_routing": True},
         )
-    msg = str(info.value)
-    assert msg.startswith(
-        "sample 1, field 'data_source': unknown data source 'echo/v2'. Did you mean 'echo/v1'?"
+    assert (
+        info.value.index == 1 and info.value.reason == "unroutable" and str(info.value) == "sample 1, " + msg
     )
-    assert "echo/v1" in msg and "default_scorer" in msg
     r = rewardkit.compute(
         [{"response": "abc", "data_source": "echo/v2"}, {"response": "a"}],
         {"executor": "inline", "default_scorer": "echo"},
     )
     assert r.scores == [3.0, 1.0]
+    r = rewardkit.compute([{"response": "a"}, {"response": ""}], {"executor": "inline"})
+    assert r.reasons == ["unroutable", "unroutable"]
+    assert r.errors[0].startswith("field 'data_source': missing")
     with pytest.raises(SampleError, match="sample 0, field 'data_source': missing"):
-        rewardkit.compute([{"response": "a"}], {"executor": "inline"})
+        rewardkit.compute([{"response": "a"}], {"executor": "inline", "strict_routing": True})
+
+
+def test_unknown_default_scorer_is_a_config_error_at_once():
+    with pytest.raises(UnknownNameError, match="unknown scorer 'gsm8kk'. Did you mean 'gsm8k'"):
+        rewardkit.RewardEngine({"executor": "inline", "default_scorer": "gsm8kk"})
+
+
+def test_unroutable_sample_with_composite_and_process_executor():
+    """Routing failures never reach the executor: the other samples of a process-pool batch score."""
+    r = rewardkit.compute(
+        [
+            {"response": "#### 4", "ground_truth": "4", "data_source": "openai/gsm8k"},
+            {"response": "数学", "data_source": "no/such"},
+            {"response": "#### 5", "ground_truth": "4", "data_source": "openai/gsm8k"},
+        ],
+        {"executor": "process", "num_workers": 1, "reward_manager": {"name": "composite"}},
+    )
+    assert r.status == ["ok", "failed", "ok"] and r.reasons[1] == "unroutable"
+    assert r.scores[0] == 1.0 and r.scores[2] == 0.0
 
 
 def test_engine_reuse_sync_and_async_and_dedup(reward_file, tmp_path, monkeypatch):

@@ -81,10 +81,16 @@ async def test_openrlhf_protocol(make_client, rk_config):
     resp = await client.post("/get_reward", json={"query": "42", "labels": ["42"]})
     assert (await resp.json())["rewards"] == [1.0]
 
-    bad = await client.post("/get_reward", json={"query": ["abc"], "prompts": ["zzz"], "labels": ["1"]})
-    assert bad.status == 422
-    err = await bad.json()
-    assert err["index"] == 0 and err["field"] == "query" and "prompt" in err["error"]
+    # a query that does not contain its prompt fails alone (unroutable); the others are scored
+    bad = await client.post(
+        "/get_reward", json={"query": ["abc", "Q: 42"], "prompts": ["zzz", "Q: "], "labels": ["1", "42"]}
+    )
+    assert bad.status == 200
+    body = await bad.json()
+    assert body["status"] == ["failed", "ok"] and body["reasons"] == ["unroutable", None]
+    assert "sample 0, field 'query': does not contain its prompt" in body["errors"][0]
+    assert body["rewards"] == [-1.0, 1.0] and body["extra_logs"]["failed"] == [1.0, 0.0]
+    assert body["scores"] == [-1.0, 1.0]  # scores: the scorer's acc where it gives one
 
     short = await client.post("/get_reward", json={"query": ["a", "b"], "prompts": ["a"]})
     assert short.status == 400 and (await short.json())["field"] == "prompts"
@@ -204,14 +210,51 @@ async def test_malformed_and_oversize_requests_keep_the_server_up(make_client, r
     await still_up()
 
 
-async def test_unknown_data_source_names_the_sample(make_client):
+async def test_unknown_data_source_fails_that_sample_only(make_client):
     client = await make_client({"executor": "inline"})
+    samples = [
+        {"response": "1", "data_source": "no/such-source"},
+        {"response": "#### 3", "ground_truth": "3", "data_source": "openai/gsm8k"},
+    ]
+    resp = await client.post("/v1/score", json={"samples": samples})
+    assert resp.status == 200  # was a 422 for the whole batch
+    body = await resp.json()
+    assert body["status"] == ["failed", "ok"] and body["reasons"] == ["unroutable", None]
+    assert "field 'data_source'" in body["errors"][0] and "no/such-source" in body["errors"][0]
+    assert body["metrics"]["reward/failed/unroutable"] == 1.0
+
+
+async def test_strict_routing_answers_422_naming_the_sample(make_client):
+    client = await make_client({"executor": "inline", "strict_routing": True})
     resp = await client.post(
         "/v1/score", json={"samples": [{"response": "1", "data_source": "no/such-source"}]}
     )
     assert resp.status == 422
     err = await resp.json()
     assert (err["index"], err["field"]) == (0, "data_source") and "no/such-source" in err["error"]
+
+
+async def test_default_scorer_scores_openrlhf_requests(make_client):
+    """OpenRLHF sends no data source: a default server answered 422; --default-scorer scores it."""
+    plain = await make_client({"executor": "inline"})
+    payload = {"query": ["Q: 2+2? #### 4"], "prompts": ["Q: 2+2? "], "labels": ["4"]}
+    body = await (await plain.post("/get_reward", json=payload)).json()
+    assert body["status"] == ["failed"] and body["reasons"] == ["unroutable"]
+    client = await make_client({"executor": "inline", "extra_keys": ["pred"]}, default_scorer="gsm8k")
+    body = await (await client.post("/get_reward", json=payload)).json()
+    assert body["status"] == ["ok"] and body["rewards"] == [1.0] and body["extra_logs"]["acc"] == [1.0]
+    assert "pred" not in body["extra_logs"]  # not a number: not for OpenRLHF's tensors
+    bad = {"query": ["no prompt here"], "prompts": ["Q: "], "labels": ["4"]}
+    assert (await (await client.post("/get_reward", json=bad)).json())["reasons"] == ["unroutable"]
+    metrics = await (await client.get("/metrics")).text()
+    assert 'rewardkit_sample_failures_total{reason="unroutable"} 1' in metrics
+    with pytest.raises(Exception, match="unknown scorer 'gsm8kk'"):
+        create_app({"executor": "inline"}, default_scorer="gsm8kk")
+
+
+def test_serve_command_has_default_scorer_flag():
+    res = CliRunner().invoke(serve_command, ["--help"])
+    assert res.exit_code == 0 and "--default-scorer" in res.output
 
 
 METRIC_LINE = re.compile(

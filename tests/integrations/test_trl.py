@@ -24,8 +24,13 @@ def test_string_completions_and_columns(rk_config):
         log_metric=lambda name, value: metrics.__setitem__(name, value),
         log_extra=lambda column, values: columns.__setitem__(column, values),
     )
-    assert metrics == {"rewardkit/exact/num_failed": 1.0, "rewardkit/exact/num_abstained": 1.0}
-    assert columns == {"exact/status": ["ok", "ok", "failed", "abstained"]}
+    assert metrics["rewardkit/exact/num_failed"] == 1.0 and metrics["rewardkit/exact/num_abstained"] == 1.0
+    assert metrics["rewardkit/exact/failed/error"] == 1.0 and metrics["rewardkit/exact/timing/total_s"] >= 0
+    assert columns["exact/status"] == ["ok", "ok", "failed", "abstained"]
+    assert columns["exact/reason"] == ["", "", "error", ""]
+    assert "asked to fail" in columns["exact/error"][2] and columns["exact/error"][0] == ""
+    assert columns["exact/acc"] == [True, False, None, None]
+    assert {len(v) for v in columns.values()} == {4}
     assert out[:2] == [1.0, 0.0]
     assert out[2] is None and out[3] is None  # failed / abstained: TRL's "no opinion"
     assert fn.last_result.status == ["ok", "ok", "failed", "abstained"]
@@ -81,15 +86,14 @@ def test_completion_text_edge_cases():
 def test_pickles_without_its_engine(rk_config):
     fn = RewardFunction(rk_config, name="p")
     assert fn(prompts=["q"], completions=["1"], ground_truth=["1"]) == [1.0]
-    assert fn._engine is not None
+    engine = fn.engine
     copy = pickle.loads(pickle.dumps(fn))
-    assert copy._engine is None and copy.__name__ == "p"
+    assert "_engine" not in vars(copy) and copy.__name__ == "p" and copy.last_result is None
     assert copy(prompts=["q"], completions=["2"], ground_truth=["1"]) == [0.0]
-    assert copy._engine is not fn._engine
-    copy.close()
+    assert copy.engine is engine  # same config, same process: the shared engine
     fn.close()
-    assert fn._engine is None
-    assert fn(prompts=["q"], completions=["1"], ground_truth=["1"]) == [1.0]  # a new engine after close
+    assert fn.engine is not engine  # a new engine after close
+    assert fn(prompts=["q"], completions=["1"], ground_truth=["1"]) == [1.0]
     fn.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 
 import pytest
@@ -151,6 +152,7 @@ def test_loaded_by_verls_custom_reward_loader(rk_config):
 
 def test_manager_reward_tensor_matches_rewardkit(rk_config, tokenizer):
     data = make_dataproto(tokenizer)
+    rk_config = {**rk_config, "extra_keys": ["ntok"]}
     manager = rk_verl.RewardKitRewardManager(tokenizer, num_examine=0, rewardkit_config=rk_config)
     out = manager(data, return_dict=True)
     tensor, info = out["reward_tensor"], out["reward_extra_info"]
@@ -234,7 +236,11 @@ def test_manager_through_verls_reward_loop_loader(scorer_path, tokenizer):
         "abstained",
         "ok",
     ]
-    assert all(set(o["reward_extra_info"]) == {"score", "status", "reason"} for o in outputs)
+    keys = manager.info_keys()
+    assert all(list(o["reward_extra_info"]) == keys for o in outputs)
+    assert {"acc", "pred", "error", "extra"} <= set(keys)
+    assert [o["reward_extra_info"]["acc"] for o in outputs] == [True, False, True, None, None, True]
+    assert "asked to fail" in outputs[3]["reward_extra_info"]["error"]
     rm_scores = rk_verl.RewardKitRewardManager.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
     assert torch.equal(rm_scores, manager(data))
 
@@ -306,3 +312,105 @@ def test_manager_returns_rm_scores_already_computed(rk_config, tokenizer):
     out = manager(data, return_dict=True)
     assert out["reward_tensor"] is rm_scores
     assert out["reward_extra_info"] == {"status": ["ok", "ok", "failed"]}
+
+
+MIXED = [  # gsm8k samples: ok, unknown data source (unroutable), ok, missing data source
+    ("q1", "#### 4", "4", "openai/gsm8k"),
+    ("q2", "#### 4", "4", "no/such/source"),
+    ("q3", "The answer is 5", "4", "openai/gsm8k"),
+    ("q4", "#### 4", "4", None),
+]
+
+
+def _assert_uniform(infos: list[dict]) -> None:
+    keys = list(infos[0])
+    assert all(list(i) == keys for i in infos), [sorted(i) for i in infos]
+
+
+def test_compute_score_same_keys_for_ok_failed_and_abstained(rk_config):
+    """verl's reward loop takes the key set of the first sample: a failed one must not lack ``acc``."""
+    outs = [
+        rk_verl.compute_score("toy", text, "42", rewardkit_config=rk_config)
+        for text in ("FAIL", "42", "ABSTAIN", "", "数学 🙂")
+    ]
+    _assert_uniform(outs)
+    assert [o["status"] for o in outs] == ["failed", "ok", "abstained", "ok", "ok"]
+    assert outs[0]["acc"] is None and outs[1]["acc"] is True and outs[2]["acc"] is None
+    assert outs[0]["error"] == "ValueError: asked to fail" or "asked to fail" in outs[0]["error"]
+    assert json.loads(outs[1]["extra"]) == {"ntok": None}  # undeclared extras travel as JSON text
+    declared = rk_verl.compute_score(
+        "toy", "FAIL", "42", rewardkit_config={**rk_config, "extra_keys": ["ntok"]}
+    )
+    assert declared["ntok"] is None and declared["extra"] == ""
+
+
+def test_compute_score_unroutable_sample_fails_alone():
+    outs = [rk_verl.compute_score(ds, resp, gt) for _, resp, gt, ds in MIXED]
+    _assert_uniform(outs)
+    assert [o["status"] for o in outs] == ["ok", "failed", "ok", "failed"]
+    assert outs[1]["reason"] == "unroutable" and "unknown data source 'no/such/source'" in outs[1]["error"]
+    assert outs[0]["acc"] is True and outs[0]["pred"] == "4" and outs[2]["acc"] is False
+
+
+def test_verls_legacy_naive_manager_gets_no_ragged_extra_info(rk_config, tokenizer):
+    """verl's own legacy NaiveRewardManager appends each returned key: every list must be full length."""
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    rows = [r for r in ROWS if r[1]]
+    data = make_dataproto(tokenizer, rows)
+    fn = lambda **kw: rk_verl.compute_score(**kw, rewardkit_config=rk_config)  # noqa: E731
+    info = NaiveRewardManager(tokenizer, num_examine=0, compute_score=fn)(data, return_dict=True)[
+        "reward_extra_info"
+    ]
+    assert {k: len(v) for k, v in info.items()} == {k: len(data) for k in info}
+    assert list(info["status"]) == ["ok", "ok", "ok", "failed", "abstained"]
+    assert list(info["acc"]) == [True, False, True, None, None]
+
+
+def test_verls_reward_loop_naive_manager_and_aggregation(tokenizer):
+    """verl's reward-loop NaiveRewardManager.run_single with our compute_score, then the exact
+    aggregation of RewardLoopManager.compute_rm_score (keys from the first sample)."""
+    import numpy as np
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    cfg = OmegaConf.create({"reward": {"reward_kwargs": {}}, "data": {"reward_fn_key": "data_source"}})
+    manager = NaiveRewardManager(cfg, tokenizer, rk_verl.compute_score)
+    rows = [MIXED[1], MIXED[0], MIXED[2], MIXED[3]]  # the first sample is the failed one
+    data = make_dataproto(tokenizer, rows)
+
+    async def run_all():
+        return await asyncio.gather(*(manager.run_single(data[i : i + 1]) for i in range(len(data))))
+
+    outputs = manager.loop.run_until_complete(run_all())  # verl's manager is bound to its own loop
+    infos = [o.get("reward_extra_info", {}) for o in outputs]
+    keys = list(infos[0].keys())
+    columns = {key: np.array([info[key] for info in infos]) for key in keys}  # raised KeyError('acc') before
+    assert list(columns["status"]) == ["failed", "ok", "ok", "failed"]
+    assert list(columns["reason"]) == ["unroutable", "", "", "unroutable"]
+    assert list(columns["acc"]) == [None, True, False, None]
+
+
+def test_our_manager_keeps_acc_and_pred_for_verls_metrics(tokenizer):
+    """run_single (the reward loop's only path) carries acc/pred, and verl's validation metrics read them."""
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    manager = rk_verl.RewardKitRewardManager(tokenizer, rewardkit_config={"executor": "inline"})
+    data = make_dataproto(tokenizer, MIXED)
+
+    async def run_all():
+        return await asyncio.gather(*(manager.run_single(data[i : i + 1]) for i in range(len(data))))
+
+    infos = [o["reward_extra_info"] for o in asyncio.run(run_all())]
+    _assert_uniform(infos)
+    assert [i["acc"] for i in infos] == [True, None, False, None]
+    assert [i["pred"] for i in infos] == ["4", None, "5", None]
+    legacy = manager(data, return_dict=True)["reward_extra_info"]
+    assert list(legacy) == list(infos[0]) and legacy["acc"] == [i["acc"] for i in infos]
+    extra = {k: [i[k] for i in infos] for k in infos[0]}
+    counts = {("openai/gsm8k", "u0"): 2, ("openai/gsm8k", "u1"): 2}
+    metrics = process_validation_metrics(
+        ["openai/gsm8k"] * 4, ["u0", "u0", "u1", "u1"], extra, expected_acc_counts=counts
+    )
+    # verl counts a None acc as a failed session (acc 0) and keeps the success-only mean apart
+    assert metrics["openai/gsm8k"]["acc"]["mean@2"] == pytest.approx(0.25)
+    assert metrics["openai/gsm8k"]["acc_success_only"]["mean@1"] == pytest.approx(0.5)

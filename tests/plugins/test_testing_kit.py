@@ -222,8 +222,10 @@ def test_score_samples_accepts_a_reward_section_and_plain_lists():
 
 
 def test_score_samples_without_plugins_uses_what_is_installed():
+    r = score_samples([{"data_source": "shouting", "response": "YES"}])
+    assert r.reasons == ["unroutable"] and "shouting" in r.errors[0]
     with pytest.raises(rewardkit.SampleError, match="shouting"):
-        score_samples([{"data_source": "shouting", "response": "YES"}])
+        score_samples([{"data_source": "shouting", "response": "YES"}], {"strict_routing": True})
 
 
 # -- check_plugin ------------------------------------------------------------------------------

@@ -22,7 +22,12 @@ def _write_plugin_dist(root: Path) -> None:
     dist = root / "rk_ray_testplugin-0.0.1.dist-info"
     dist.mkdir(parents=True, exist_ok=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rk-ray-testplugin\nVersion: 0.0.1\n")
-    (dist / "entry_points.txt").write_text("[rewardkit]\nrk_ray_test = rk_ray_testplugin\n")
+    # [verl.plugins] mirrors rewardkit's own pyproject entry point, so Ray workers register
+    # rewardkit's verl manager on `import verl` even where the installed rewardkit predates it.
+    (dist / "entry_points.txt").write_text(
+        "[rewardkit]\nrk_ray_test = rk_ray_testplugin\n\n"
+        "[verl.plugins]\nrewardkit = rewardkit.integrations.verl_plugin\n"
+    )
 
 
 @pytest.fixture(scope="session")

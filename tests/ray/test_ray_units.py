@@ -137,7 +137,12 @@ async def test_worker_in_process_scores_and_packs_errors(crf):
         to_samples([{"response": "1", "ground_truth": "1"}, {"response": "", "ground_truth": "1"}])
     )
     assert reply.error is None and [r.score for r in reply.results] == [1.0, 0.0]
-    bad = RewardLoopWorker({})  # no scorer for this data source: the engine raises SampleError
+    lenient = RewardLoopWorker({})  # no scorer for this data source: that sample fails alone
+    reply = await lenient.compute(to_samples([{"response": "x", "data_source": "nope/nothing"}]))
+    assert reply.error is None and [(r.status, r.reason) for r in reply.results] == [("failed", "unroutable")]
+    assert reply.results[0].error.startswith("field 'data_source': unknown data source 'nope/nothing'")
+    lenient.close()
+    bad = RewardLoopWorker({"strict_routing": True})  # strict: the engine raises SampleError
     reply = await bad.compute(to_samples([{"response": "x", "data_source": "nope/nothing"}]))
     assert reply.results == [] and reply.error is not None
     err = reply.error.unpack(index_offset=5)

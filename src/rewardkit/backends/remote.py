@@ -6,6 +6,10 @@ Each chunk of ``batch_size`` samples is one POST of
 (the key is ``score_key``). Retries, timeouts, the overall deadline and the circuit breaker are
 those of :class:`~rewardkit.backends.http.HTTPCore`. A reply whose rewards list has the wrong
 length fails that chunk's samples with reason ``invalid_return``, saying so.
+
+Where the reply also carries per-sample ``status`` (and ``reasons`` / ``errors``), as
+``rewardkit serve`` does, a sample the server reports ``failed`` or ``abstained`` is that here
+too, with the server's reason and error text: never ``ok`` with the server's fallback number.
 """
 
 from __future__ import annotations
@@ -103,11 +107,22 @@ class RemoteRM(HTTPBackend):
         others = {
             k: v for k, v in data.items() if k != s.score_key and isinstance(v, list) and len(v) == len(items)
         }
+        status, reasons, errors = (
+            others.get(k) or [None] * len(items) for k in ("status", "reasons", "errors")
+        )
         out = []
         for j, r in enumerate(rewards):
             ex = dict(extra)
             if others:
                 ex["rm_extra"] = {k: v[j] for k, v in others.items()}
+            if status[j] == "failed":
+                reason = str(reasons[j] or "remote_failed")
+                error = f"reward server: {errors[j] or reason}"
+                out.append(SampleResult.failed(reason, error, **ex))
+                continue
+            if status[j] == "abstained":
+                out.append(SampleResult.abstained(**ex))
+                continue
             try:
                 value = float(r)
             except (TypeError, ValueError):

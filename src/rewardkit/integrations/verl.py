@@ -9,7 +9,13 @@ As verl's custom reward function (every sample goes through rewardkit's registri
         reward_kwargs: {rewardkit_config: /path/to/rewardkit.yaml}   # or env REWARDKIT_CONFIG
 
 As verl's reward manager (whole batches at once: process pools, DAPO length penalty on token
-counts, typed failures in ``reward_extra_info``)::
+counts, typed failures in ``reward_extra_info``), registered as ``rewardkit`` by the
+``verl.plugins`` entry point (:mod:`rewardkit.integrations.verl_plugin`)::
+
+    reward:
+      reward_manager: {source: register, name: rewardkit}
+
+or without the entry point::
 
     reward:
       reward_manager:
@@ -36,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
+from rewardkit.integrations.sample_info import info_keys, reported_score, sample_info
 
 if TYPE_CHECKING:
     from rewardkit.engine import RewardEngine
-    from rewardkit.result import RewardResult, SampleResult
+    from rewardkit.result import RewardResult
 
 #: Environment variable holding a rewardkit config path (or inline JSON) for the verl adapters.
 ENV_CONFIG = "REWARDKIT_CONFIG"
@@ -131,12 +138,6 @@ def close_engines() -> None:
         engine.close()
 
 
-def _fallback(result: SampleResult, config: RewardConfig) -> float:
-    if result.status == "failed":
-        return config.failure_score if config.failure_score is not None else 0.0
-    return config.abstain_score if config.abstain_score is not None else 0.0
-
-
 def compute_score(
     data_source: str | None = None,
     solution_str: str = "",
@@ -147,12 +148,15 @@ def compute_score(
 ) -> dict[str, Any]:
     """verl's ``custom_reward_function``: score one response through rewardkit.
 
-    Returns a dict with ``score`` (a float: the rewardkit score, or the config's
-    ``failure_score`` / ``abstain_score``, default ``0.0``, where the sample failed or abstained,
-    since verl's reward tensor cannot hold ``nan``), ``status`` (``ok | abstained | failed``),
-    ``reason`` (the failure reason or ``""``) and the scorer's extra fields. verl puts all of them
-    in ``reward_extra_info``, so a failure is visible, never a silent 0. Keyword arguments verl
-    adds (``reward_router_address``, ...) are ignored; ``rewardkit_config`` (or env
+    Returns the same keys for every sample, whatever its status (verl's reward loop takes the
+    keys from the first sample, its legacy manager appends per-key lists): ``score`` (a float: the
+    rewardkit score, or the config's ``failure_score`` / ``abstain_score``, default ``0.0``, where
+    the sample failed or abstained, since verl's reward tensor cannot hold ``nan``), ``status``
+    (``ok | abstained | failed``), ``reason`` and ``error`` (``""`` unless failed), ``acc`` and
+    ``pred`` (``None`` where the scorer gave none), the ``reward.extra_keys`` extras, and the other
+    extras as JSON text under ``extra`` (see :mod:`rewardkit.integrations.sample_info`). verl puts
+    them all in ``reward_extra_info``, so a failure is visible, never a silent 0. Keyword arguments
+    verl adds (``reward_router_address``, ...) are ignored; ``rewardkit_config`` (or env
     ``REWARDKIT_CONFIG``) selects the config.
     """
     engine = get_engine(rewardkit_config)
@@ -162,12 +166,7 @@ def compute_score(
         "ground_truth": _plain(ground_truth),
         "extra_info": _plain(extra_info) if isinstance(extra_info, Mapping) else {},
     }
-    result = engine.compute([record]).samples[0]
-    score = result.score if result.status == "ok" else _fallback(result, engine.config)
-    out: dict[str, Any] = {"score": float(score), "status": result.status, "reason": result.reason or ""}
-    for k, v in result.extra.items():
-        out.setdefault(k, v)
-    return out
+    return sample_info(engine.compute([record]).samples[0], engine.config)
 
 
 async def acompute_score(
@@ -348,30 +347,38 @@ class RewardKitRewardManager:
     # -- scoring ---------------------------------------------------------------------------------
     def score(self, data: Any) -> tuple[RewardResult, Any]:
         """Score a ``DataProto``: the rewardkit result and the reward tensor built from it."""
+        result, reward_tensor, _ = self._score(data)
+        return result, reward_tensor
+
+    def _score(self, data: Any) -> tuple[RewardResult, Any, list[dict[str, Any]]]:
         records, response_mask = self.records(data)
         result = self.engine.compute(records)
         reward_tensor = result.token_level_rewards(response_mask)
         self._examine(records, result)
-        return result, reward_tensor
+        return result, reward_tensor, records
 
-    def extra_info(self, result: RewardResult) -> dict[str, list[Any]]:
-        """verl's ``reward_extra_info``: one list per key, one value per sample (``None`` where absent)."""
+    def info_keys(self) -> list[str]:
+        """The ``reward_extra_info`` keys of every sample, in both protocols (see :func:`sample_info`)."""
+        return [*info_keys(self.engine.config), "empty_response"]
+
+    def sample_infos(self, result: RewardResult, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One ``reward_extra_info`` dict per sample, all with :meth:`info_keys`.
+
+        ``empty_response`` is True where the response had no valid token (no reward token was
+        written for it).
+        """
         cfg = self.engine.config
-        scores = [
-            s if r.status == "ok" else _fallback(r, cfg)
-            for s, r in zip(result.scores, result.samples, strict=True)
-        ]
-        empty = set(result.empty_response_indices)
-        info: dict[str, list[Any]] = {
-            "score": scores,
-            "status": list(result.status),
-            "reason": [r or "" for r in result.reasons],
-            # True where the response had no valid token, so no reward token was written for it.
-            "empty_response": [i in empty for i in range(len(result))],
-        }
-        for k, values in result.extra.items():
-            info.setdefault(k, values)
-        return info
+        out = []
+        for r, rec in zip(result.samples, records, strict=True):
+            info = sample_info(r, cfg)
+            info["empty_response"] = rec.get("response_length") == 0
+            out.append(info)
+        return out
+
+    def extra_info(self, result: RewardResult, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """verl's legacy ``reward_extra_info``: one list per key, one value per sample."""
+        infos = self.sample_infos(result, records)
+        return {k: [info[k] for info in infos] for k in self.info_keys()}
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
         """verl's legacy manager call: the reward tensor, or ``{"reward_tensor", "reward_extra_info"}``.
@@ -386,29 +393,25 @@ class RewardKitRewardManager:
             keys = (getattr(data, "meta_info", None) or {}).get("reward_extra_keys", [])
             extra = {k: list(data.non_tensor_batch[k]) for k in keys}
             return {"reward_tensor": data.batch["rm_scores"], "reward_extra_info": extra}
-        result, reward_tensor = self.score(data)
+        result, reward_tensor, records = self._score(data)
         if return_dict:
-            return {"reward_tensor": reward_tensor, "reward_extra_info": self.extra_info(result)}
+            return {"reward_tensor": reward_tensor, "reward_extra_info": self.extra_info(result, records)}
         return reward_tensor
 
     async def run_single(self, data: Any) -> dict[str, Any]:
         """verl reward loop: score one sample (the last row of ``data``).
 
-        ``reward_extra_info`` holds the same keys for every sample (``score``, ``status``,
-        ``reason``), as verl's reward loop takes the keys from the first sample only.
+        ``reward_extra_info`` holds :meth:`info_keys` for every sample, ``acc`` and ``pred``
+        included (verl's reward loop takes the keys from the first sample only, and reads ``acc``
+        for its ``val-core`` metrics, ``maj@N`` and ``filter_groups``).
         """
-        data = data[-1:]
-        records, _ = self.records(data)
+        records, _ = self.records(data[-1:])
         result = await asyncio.to_thread(self.engine.compute, records)
-        info = self.extra_info(result)
         self._examine(records, result)
+        info = self.sample_infos(result, records)[0]
         return {
-            "reward_score": info["score"][0],
-            "reward_extra_info": {
-                "score": info["score"][0],
-                "status": info["status"][0],
-                "reason": info["reason"][0],
-            },
+            "reward_score": reported_score(result.samples[0], self.engine.config),
+            "reward_extra_info": info,
         }
 
     @classmethod

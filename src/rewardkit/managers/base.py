@@ -41,6 +41,8 @@ class ManagerContext:
             self._custom = ScorerSpec(crf.name, fn, ref, provider="custom_reward_function").with_kwargs(
                 crf.reward_kwargs
             )
+        elif self.config.default_scorer is not None:  # a config error: fail now, not per sample
+            self._specs[self.config.default_scorer] = self.scorer(self.config.default_scorer)
 
     @property
     def custom_scorer(self) -> ScorerSpec | None:
@@ -70,7 +72,8 @@ class ManagerContext:
         """The scorer for one sample: the custom function, else by ``data_source``, else the default.
 
         Returns ``None`` when no scorer applies but a reward model is enabled (the RM alone scores
-        it). Raises :class:`SampleError` naming the sample and its data source otherwise.
+        it). Raises :class:`SampleError` (reason ``unroutable``) naming the sample and its data
+        source otherwise; :meth:`unroutable` turns that into the sample's failed result.
         """
         if self._custom is not None:
             return self._custom
@@ -87,17 +90,39 @@ class ManagerContext:
                     sample.index,
                     "data_source",
                     "missing, and no custom_reward_function or default_scorer is configured to score it",
+                    reason="unroutable",
                 )
             err = UnknownNameError("data source", ds, known, self.registries.scorers.hint)
             raise SampleError(
                 sample.index,
                 "data_source",
                 f"{err} Set reward.default_scorer or reward.custom_reward_function to score it anyway.",
+                reason="unroutable",
             )
         spec = self._specs.get(name)
         if spec is None:
             spec = self._specs[name] = self.scorer(name)
         return spec
+
+    def unroutable(self, samples: Sequence[Sample]) -> dict[int, SampleResult]:
+        """Failed results (reason ``unroutable``, the routing error as text) by position, for the
+        samples no scorer applies to. With ``strict_routing`` the first such sample raises instead.
+
+        The text leaves out the sample's index: it belongs to that sample, and an index inside a
+        shard (Ray, process pools) would name the wrong one.
+        """
+        out: dict[int, SampleResult] = {}
+        if self._custom is not None:
+            return out
+        for pos, sample in enumerate(samples):
+            try:
+                self.route(sample)
+            except SampleError as e:
+                if self.config.strict_routing or e.reason != "unroutable":
+                    raise
+                where = f"field {e.field!r}: " if e.field else ""
+                out[pos] = SampleResult.failed("unroutable", where + e.detail)
+        return out
 
 
 def freeze(value: Any) -> Any:
@@ -185,6 +210,9 @@ class RewardManager(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: Whether :meth:`score_rules` routes each sample with ``context.route``: then a sample no scorer
+    #: applies to fails alone (reason ``unroutable``) before ``score_rules`` sees the batch.
+    routes: bool = False
 
     def __init__(self, context: ManagerContext, **kwargs: Any):
         if kwargs:
@@ -202,9 +230,14 @@ class RewardManager(ABC):
         if not samples:
             return []
         backend = self.context.backend
-        rule_results = await self.score_rules(samples)
         if backend is None:
-            return rule_results  # type: ignore[return-value]
+            failed = self.context.unroutable(samples) if self.routes else {}
+            if not failed:
+                return await self.score_rules(samples)  # type: ignore[return-value]
+            todo = [s for pos, s in enumerate(samples) if pos not in failed]
+            done = iter(await self.score_rules(todo) if todo else [])
+            return [failed[pos] if pos in failed else next(done) for pos in range(len(samples))]  # type: ignore[misc]
+        rule_results = await self.score_rules(samples)
         rm_results = await backend.ascore(samples)
         weight = self.context.config.reward_model.weight
         out = []

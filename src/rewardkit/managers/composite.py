@@ -62,6 +62,7 @@ class CompositeRewardManager(RewardManager):
                     "components per sample (use the 'batch' manager for it)"
                 )
             self.parts.append((key, entry.weight, spec))
+        self.routes = not self.parts  # listed components score every sample; else it routes
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         if not self.parts:

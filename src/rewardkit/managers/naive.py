@@ -19,6 +19,7 @@ class NaiveRewardManager(RewardManager):
     """
 
     name = "naive"
+    routes = True
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         specs = [self.context.route(s) for s in samples]
