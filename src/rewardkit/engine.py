@@ -131,7 +131,12 @@ class RewardEngine:
     def compute(self, samples: Iterable[Any]) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
         loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self.acompute(samples), loop).result()
+        future = asyncio.run_coroutine_threadsafe(self.acompute(samples), loop)
+        try:
+            return future.result()
+        except BaseException:  # KeyboardInterrupt while waiting: stop the batch, don't orphan it
+            future.cancel()
+            raise
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -148,6 +153,11 @@ class RewardEngine:
         if self._closed:
             return
         self._closed = True
+        if self._loop is not None:
+            try:  # a batch cancelled by Ctrl-C finishes cancelling before the loop goes
+                asyncio.run_coroutine_threadsafe(_cancel_pending(), self._loop).result(timeout=10)
+            except Exception:  # noqa: BLE001 - closing goes on regardless
+                pass
         if self._manager is not None and self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._manager.aclose(), self._loop).result()
         if self._backend is not None:
@@ -185,6 +195,15 @@ class RewardEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait for them to finish."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def compute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:

@@ -22,6 +22,7 @@ FAILURE_REASONS = (
     "http",  # a judge / remote RM request failed for good
     "circuit_open",  # the judge server was declared dead; not even tried
     "component_failed",  # a component of a composite score failed
+    "bad_input",  # `rewardkit score --on-bad-line=skip`: the input line was not a usable sample
 )
 
 
