@@ -13,8 +13,61 @@ import click
 
 from rewardkit import __version__
 
+#: Built-in commands that live in modules too heavy to import for ``--help``: name -> (where, short help).
+_LAZY_COMMANDS = {
+    "serve": (
+        "rewardkit.server:serve_command",
+        "Serve rewards over HTTP: /v1/score, OpenRLHF's /get_reward, /health, /metrics.",
+    ),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Cli(click.Group):
+    """rewardkit's group: heavy built-ins are imported when run, plugins loaded only for their commands.
+
+    ``rewardkit --help`` and the built-in commands never import plugins, aiohttp or the engine.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _LAZY_COMMANDS and name not in self.commands:
+            import importlib
+
+            where, attr = _LAZY_COMMANDS[name][0].split(":")
+            self.add_command(getattr(importlib.import_module(where), attr), name)
+        if name not in self.commands and name not in _LAZY_COMMANDS:
+            _attach_plugin_commands()
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
+            elif cmd is None:
+                rows.append((name, _LAZY_COMMANDS[name][1]))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        names = _third_party_plugins()
+        if names:
+            with formatter.section("Plugins"):
+                formatter.write_text(
+                    f"Installed: {', '.join(names)}. Commands they add run as `rewardkit NAME`; "
+                    "`rewardkit list-plugins` shows what each registers."
+                )
+
+
+def _third_party_plugins() -> list[str]:
+    """Names of installed plugin entry points (read from metadata; nothing is imported)."""
+    from importlib import metadata
+
+    return sorted({ep.name for ep in metadata.entry_points(group="rewardkit")})
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rewardkit")
 def cli() -> None:
     """rewardkit: rewards for RL of language models.
@@ -334,13 +387,15 @@ def migrate_config(old: Path, output: Path | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _attach_extra_commands() -> None:
-    try:
-        from rewardkit.server import serve_command
-    except ImportError:  # pragma: no cover - server module absent
-        pass
-    else:
-        cli.add_command(serve_command, "serve")
+_plugins_attached = False
+
+
+def _attach_plugin_commands() -> None:
+    """Let plugins add their commands (once); they can never replace a built-in one."""
+    global _plugins_attached
+    if _plugins_attached:
+        return
+    _plugins_attached = True
     from rewardkit.plugins import get_registries
 
     regs = get_registries()
@@ -350,9 +405,18 @@ def _attach_extra_commands() -> None:
             impl.function(cli=cli)
         except Exception as e:  # a broken plugin must not take the CLI down
             click.echo(f"warning: plugin {impl.plugin_name!r} failed to add its commands: {e}", err=True)
-        clobbered = sorted(n for n, cmd in builtin.items() if cli.commands.get(n) is not cmd)
+        clobbered = sorted(
+            n
+            for n in cli.commands
+            if (n in _LAZY_COMMANDS and n not in builtin)
+            or (n in builtin and cli.commands[n] is not builtin[n])
+        )
         if clobbered:
-            cli.commands.update({n: builtin[n] for n in clobbered})
+            for n in clobbered:
+                if n in builtin:
+                    cli.commands[n] = builtin[n]
+                else:
+                    del cli.commands[n]
             click.echo(
                 f"warning: plugin {impl.plugin_name!r} tried to replace rewardkit command(s) "
                 f"{', '.join(clobbered)}; kept rewardkit's",
@@ -362,7 +426,6 @@ def _attach_extra_commands() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rewardkit`` console script."""
-    _attach_extra_commands()
     cli.main(args=argv, prog_name="rewardkit")
 
 
