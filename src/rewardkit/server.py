@@ -43,6 +43,7 @@ from aiohttp import web
 from rewardkit.config import RewardConfig
 from rewardkit.engine import RewardEngine
 from rewardkit.errors import RewardKitError, SampleError
+from rewardkit.server_limits import ConnectionGuard, GuardedProtocol, loads_bounded, media_type_ok
 
 #: Environment variable read for the bearer token when ``--token`` is not given.
 TOKEN_ENV = "REWARDKIT_SERVE_TOKEN"
@@ -50,6 +51,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_BATCH = 4096
 DEFAULT_MAX_BODY_MB = 32.0
+DEFAULT_READ_TIMEOUT_S = 30.0
+DEFAULT_MAX_CONNECTIONS = 1024
 #: Upper bounds (seconds) of the request latency histogram.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _ENDPOINTS = ("/v1/score", "/get_reward", "/health", "/metrics")
@@ -65,7 +68,10 @@ class ServerState:
     strip_tokens: tuple[str, ...]
     owns_engine: bool
     max_body_bytes: int
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     draining: bool = False
+    #: Set when the shutdown timeout has passed: in-flight requests answer 503 at once.
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     requests: Counter = field(default_factory=Counter)  # (endpoint, code) -> n
@@ -131,16 +137,23 @@ async def _read_json(request: web.Request) -> Any:
             413,
             f"request body of {request.content_length} bytes is over the {limit} byte limit (--max-body-mb)",
         )
+    if not media_type_ok(request.headers.get("Content-Type")):
+        raise ApiError(415, f"Content-Type {request.headers['Content-Type']!r}: send application/json")
+    timeout = request.app[STATE].read_timeout_s
     try:
-        body = await request.read()
+        body = await asyncio.wait_for(request.read(), timeout)
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"request body is over the {limit} byte limit (--max-body-mb)") from None
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"request body not received within {timeout}s (--read-timeout)") from None
     if not body:
         raise ApiError(400, "empty request body: send a JSON object")
     try:
-        return json.loads(body)
+        return loads_bounded(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"request body is not valid JSON: {e}") from None
+    except ValueError as e:  # nested too deeply
+        raise ApiError(400, f"request body is not usable: {e}") from None
 
 
 def _check_batch(state: ServerState, n: int, what: str) -> None:
@@ -247,10 +260,8 @@ async def handle_get_reward(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or "query" not in body:
         raise ApiError(400, 'expected a JSON object {"query": [...], "prompts": [...], "labels": [...]}')
     queries = body["query"]
-    if isinstance(queries, str):
-        queries = [queries]
     if not isinstance(queries, list):
-        raise ApiError(400, f"'query' must be a list of strings, got {type(queries).__name__}", field="query")
+        raise ApiError(422, f"'query' must be a list of strings, got {type(queries).__name__}", field="query")
     n = len(queries)
     _check_batch(state, n, "queries")
     prompts = _list_field(body, ("prompts",), n)
@@ -370,12 +381,14 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     state = request.app[STATE]
     endpoint = request.path if request.path in _ENDPOINTS else "other"
     start = time.perf_counter()
-    state.in_flight += 1
-    state.idle.clear()
+    counted = request.path not in ("/health", "/metrics")  # /health must not count itself
+    if counted:
+        state.in_flight += 1
+        state.idle.clear()
     code = 500
     try:
         if state.draining and request.path != "/health":
-            raise ApiError(503, "the server is shutting down")
+            raise ApiError(503, "the server is shutting down", retry=True)
         if state.token is not None and request.path != "/health":
             given = request.headers.get("Authorization", "")
             scheme, _, credentials = given.partition(" ")
@@ -383,7 +396,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                 credentials.strip().encode(), state.token.encode()
             ):
                 raise ApiError(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
-        response = await handler(request)
+        response = await _until_aborted(state, handler(request))
         code = response.status
         return response
     except ApiError as e:
@@ -396,10 +409,29 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         code = 500
         return _json({"error": f"internal error: {type(e).__name__}: {e}"}, status=500)
     finally:
-        state.in_flight -= 1
-        if state.in_flight == 0:
-            state.idle.set()
+        if counted:
+            state.in_flight -= 1
+            if state.in_flight == 0:
+                state.idle.set()
         state.observe(endpoint, code, time.perf_counter() - start)
+
+
+async def _until_aborted(state: ServerState, work) -> web.StreamResponse:
+    """Await the handler; once the shutdown timeout passes, cancel it and answer a JSON 503."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(state.abort.wait())
+    try:
+        await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stop.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ApiError(503, "the server shut down before this request finished (--shutdown-timeout)")
+    return task.result()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +446,7 @@ def create_app(
     max_batch: int = DEFAULT_MAX_BATCH,
     max_body_mb: float = DEFAULT_MAX_BODY_MB,
     strip_tokens: tuple[str, ...] | list[str] = (),
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> web.Application:
     """The aiohttp application serving a reward engine.
 
@@ -424,7 +457,9 @@ def create_app(
     :param max_batch: most samples (or queries) in one request; more answers 413.
     :param max_body_mb: largest request body in MiB; more answers 413.
     :param strip_tokens: token texts (pad, EOS) stripped from the end of OpenRLHF responses.
+    :param read_timeout_s: longest wait for a request body; slower answers 408.
     """
+    check_token(token)
     if max_batch < 1:
         raise ValueError("max_batch must be at least 1")
     if max_body_mb <= 0:
@@ -439,7 +474,9 @@ def create_app(
         raise
     max_bytes = int(max_body_mb * 1024 * 1024)
     app = web.Application(middlewares=[_middleware], client_max_size=max_bytes)
-    state = ServerState(engine, token or None, max_batch, tuple(strip_tokens), owns, max_bytes)
+    state = ServerState(
+        engine, token or None, max_batch, tuple(strip_tokens), owns, max_bytes, read_timeout_s
+    )
     state.idle.set()
     app[STATE] = state
     app.router.add_post("/v1/score", handle_score)
@@ -453,6 +490,12 @@ def create_app(
 
     app.on_cleanup.append(close_engine)
     return app
+
+
+def check_token(token: str | None) -> None:
+    """Refuse a token that can never match: blank, or with spaces around it (:class:`ValueError`)."""
+    if token is not None and token != "" and (not token.strip() or token != token.strip()):
+        raise ValueError("the bearer token is blank or has whitespace around it, so no client could send it")
 
 
 def is_loopback(host: str) -> bool:
@@ -472,26 +515,34 @@ async def serve(
     *,
     shutdown_timeout: float = 60.0,
     ready: Any = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    header_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> None:
-    """Run ``app`` until SIGTERM / SIGINT, then drain: stop listening, finish in-flight requests, exit.
+    """Run ``app`` until SIGTERM / SIGINT, then drain and exit.
 
-    ``ready`` (optional) is called with the bound port once the server listens. Binding an address
-    other machines can reach needs the app to have a token (:class:`ValueError` otherwise).
+    Draining: scoring requests arriving now answer 503 and ``/health`` answers ``draining``; the
+    in-flight ones get ``shutdown_timeout`` seconds to finish, then answer a JSON 503; then the
+    server closes. ``ready`` (optional) is called with the bound port once the server listens.
+    Binding an address other machines can reach needs the app to have a token (:class:`ValueError`
+    otherwise). Connections over ``max_connections`` get a 503; one whose request headers take
+    longer than ``header_timeout_s`` is closed.
     """
     if not is_loopback(host) and app[STATE].token is None:
         raise ValueError(
             f"refusing to serve on {host!r}, which other machines can reach, without a token "
             "(create_app(..., token=...)), or bind 127.0.0.1"
         )
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=1.0, keepalive_timeout=header_timeout_s
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
+    loop = asyncio.get_running_loop()
+    guard = ConnectionGuard(max_connections, header_timeout_s)
+    server = await loop.create_server(lambda: GuardedProtocol(runner.server(), guard), host, port)
+    bound = server.sockets[0].getsockname()[1] if server.sockets else port
     if ready is not None:
         ready(bound)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
@@ -501,19 +552,27 @@ async def serve(
         print(
             f"rewardkit serve: draining {state.in_flight} in-flight request(s)", file=sys.stderr, flush=True
         )
-        await site.stop()
         try:
             await asyncio.wait_for(state.idle.wait(), shutdown_timeout)
         except asyncio.TimeoutError:
             print(
-                f"rewardkit serve: {state.in_flight} request(s) still running after {shutdown_timeout}s; stopping",
+                f"rewardkit serve: {state.in_flight} request(s) still running after {shutdown_timeout}s; "
+                "answering them 503 and stopping",
                 file=sys.stderr,
                 flush=True,
             )
+            state.abort.set()
+            try:
+                await asyncio.wait_for(state.idle.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
+        await asyncio.sleep(0.05)  # let the last responses leave
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        server.close()
         await runner.cleanup()
+        await server.wait_closed()
     print("rewardkit serve: stopped", file=sys.stderr, flush=True)
 
 
@@ -526,30 +585,105 @@ async def serve(
     "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535), help="0: any free port"
 )
 @click.option("--token", default=None, help=f"bearer token clients must send (default: ${TOKEN_ENV})")
-@click.option("--max-batch", default=DEFAULT_MAX_BATCH, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--executor",
+    type=click.Choice(["auto", "inline", "process", "ray"]),
+    default=None,
+    help="Override reward.executor.",
+)
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Override reward.num_workers.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Override reward.timeout_s (per-sample deadline, seconds).",
+)
+@click.option(
+    "--max-batch",
+    default=DEFAULT_MAX_BATCH,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="most samples (or queries) in one request; more answers 413",
+)
 @click.option(
     "--max-body-mb",
     default=DEFAULT_MAX_BODY_MB,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
+    help="largest request body in MiB; more answers 413",
+)
+@click.option(
+    "--read-timeout",
+    "read_timeout_s",
+    default=DEFAULT_READ_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="seconds a client may take to send its request headers, and again its body (408); "
+    "also how long an idle keep-alive connection stays open",
+)
+@click.option(
+    "--max-connections",
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="open connections at most; more are answered 503 and closed",
 )
 @click.option(
     "--strip-token", "strip_tokens", multiple=True, help="token text stripped from OpenRLHF responses"
 )
 @click.option(
-    "--shutdown-timeout", default=60.0, show_default=True, type=float, help="seconds to finish in-flight work"
+    "--shutdown-timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="seconds in-flight requests get to finish after SIGTERM/SIGINT; then they answer 503",
 )
-def serve_command(config_path, host, port, token, max_batch, max_body_mb, strip_tokens, shutdown_timeout):
+def serve_command(
+    config_path,
+    host,
+    port,
+    token,
+    executor,
+    num_workers,
+    timeout_s,
+    max_batch,
+    max_body_mb,
+    read_timeout_s,
+    max_connections,
+    strip_tokens,
+    shutdown_timeout,
+):
     """Serve rewards over HTTP: /v1/score, OpenRLHF's /get_reward, /health, /metrics."""
-    token = token or os.environ.get(TOKEN_ENV) or None
+    from rewardkit.config import load_config
+
+    token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+    try:
+        check_token(token)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--token") from None
+    token = token or None
     if not is_loopback(host) and token is None:
         raise click.UsageError(
             f"refusing to serve on {host}, which other machines can reach, without a token: pass --token or set "
             f"{TOKEN_ENV} (or bind 127.0.0.1)"
         )
     try:
+        config = load_config(config_path)
+        overrides = {
+            k: v
+            for k, v in (("executor", executor), ("num_workers", num_workers), ("timeout_s", timeout_s))
+            if v is not None
+        }
+        if overrides:
+            config = config.model_copy(update=overrides)
         app = create_app(
-            config_path, token, max_batch=max_batch, max_body_mb=max_body_mb, strip_tokens=strip_tokens
+            config,
+            token,
+            max_batch=max_batch,
+            max_body_mb=max_body_mb,
+            strip_tokens=strip_tokens,
+            read_timeout_s=read_timeout_s,
         )
     except RewardKitError as e:
         raise click.ClickException(str(e)) from None
@@ -558,7 +692,17 @@ def serve_command(config_path, host, port, token, max_batch, max_body_mb, strip_
         auth = "bearer token required" if token else "no auth"
         click.echo(f"rewardkit serve: listening on http://{host}:{bound} ({auth})", err=True)
 
-    asyncio.run(serve(app, host, port, shutdown_timeout=shutdown_timeout, ready=ready))
+    asyncio.run(
+        serve(
+            app,
+            host,
+            port,
+            shutdown_timeout=shutdown_timeout,
+            ready=ready,
+            max_connections=max_connections,
+            header_timeout_s=read_timeout_s,
+        )
+    )
 
 
 if __name__ == "__main__":
