@@ -82,6 +82,28 @@ class ServerState:
     )
     latency_sum: Counter = field(default_factory=Counter)
     latency_count: Counter = field(default_factory=Counter)
+    #: Engines requests are spread over (``engine`` first), and when each lane's in-flight requests began.
+    lanes: list[RewardEngine] = field(default_factory=list)
+    lane_since: list[list[float]] = field(default_factory=list)
+
+    def pick_lane(self) -> tuple[int, float]:
+        """A lane for one request: an idle one, else the one whose oldest request is youngest (a lane
+        stuck on an old request is likely hung). Give it back with :meth:`drop_lane`."""
+        if not self.lanes:
+            self.lanes, self.lane_since = [self.engine], [[]]
+
+        def key(i: int) -> tuple[int, float]:
+            since = self.lane_since[i]
+            return (1, -min(since)) if since else (0, 0.0)
+
+        i = min(range(len(self.lanes)), key=key)
+        now = time.monotonic()
+        self.lane_since[i].append(now)
+        return i, now
+
+    def drop_lane(self, taken: tuple[int, float]) -> None:
+        """Give back a lane taken with :meth:`pick_lane`."""
+        self.lane_since[taken[0]].remove(taken[1])
 
     def observe(self, endpoint: str, code: int, seconds: float) -> None:
         """Count one finished request."""
@@ -164,12 +186,15 @@ def _check_batch(state: ServerState, n: int, what: str) -> None:
 
 
 async def _score(state: ServerState, records: list[Any]):
+    lane = state.pick_lane()
     try:
-        result = await state.engine.acompute(records)
+        result = await state.lanes[lane[0]].acompute(records)
     except SampleError as e:
         raise ApiError(422, str(e), index=e.index, field=e.field) from None
     except RewardKitError as e:
         raise ApiError(422, str(e)) from None
+    finally:
+        state.drop_lane(lane)
     for s in result.samples:
         state.samples[s.status] += 1
         if s.status == "failed":
@@ -447,6 +472,7 @@ def create_app(
     max_body_mb: float = DEFAULT_MAX_BODY_MB,
     strip_tokens: tuple[str, ...] | list[str] = (),
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    lanes: int = 1,
 ) -> web.Application:
     """The aiohttp application serving a reward engine.
 
@@ -458,10 +484,16 @@ def create_app(
     :param max_body_mb: largest request body in MiB; more answers 413.
     :param strip_tokens: token texts (pad, EOS) stripped from the end of OpenRLHF responses.
     :param read_timeout_s: longest wait for a request body; slower answers 408.
+    :param lanes: engines (each with its own workers) that concurrent requests are spread over, so
+        that one request whose scorers hang holds up only its lane (an executor that runs one job at
+        a time, like ``process``, otherwise makes every other request wait). Only for an app that
+        builds its engine from a config.
     """
     check_token(token)
     if max_batch < 1:
         raise ValueError("max_batch must be at least 1")
+    if lanes < 1:
+        raise ValueError("lanes must be at least 1")
     if max_body_mb <= 0:
         raise ValueError("max_body_mb must be positive")
     owns = not isinstance(engine_or_config, RewardEngine)
@@ -478,6 +510,16 @@ def create_app(
         engine, token or None, max_batch, tuple(strip_tokens), owns, max_bytes, read_timeout_s
     )
     state.idle.set()
+    state.lanes, state.lane_since = [engine], [[]]
+    try:
+        for _ in range(lanes - 1 if owns else 0):
+            state.lanes.append(RewardEngine(engine.config, registries=engine.registries))
+            state.lane_since.append([])
+            state.lanes[-1].manager  # noqa: B018
+    except BaseException:
+        for lane in state.lanes:
+            lane.close()
+        raise
     app[STATE] = state
     app.router.add_post("/v1/score", handle_score)
     app.router.add_post("/get_reward", handle_get_reward)
@@ -486,7 +528,8 @@ def create_app(
 
     async def close_engine(app: web.Application) -> None:
         if app[STATE].owns_engine:
-            await app[STATE].engine.aclose()
+            for lane in app[STATE].lanes:
+                await lane.aclose()
 
     app.on_cleanup.append(close_engine)
     return app
@@ -630,6 +673,14 @@ async def serve(
     help="open connections at most; more are answered 503 and closed",
 )
 @click.option(
+    "--lanes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="engines (each with its own workers) concurrent requests are spread over: a request whose "
+    "scorers hang then holds up only its lane",
+)
+@click.option(
     "--strip-token", "strip_tokens", multiple=True, help="token text stripped from OpenRLHF responses"
 )
 @click.option(
@@ -651,6 +702,7 @@ def serve_command(
     max_body_mb,
     read_timeout_s,
     max_connections,
+    lanes,
     strip_tokens,
     shutdown_timeout,
 ):
@@ -684,6 +736,7 @@ def serve_command(
             max_body_mb=max_body_mb,
             strip_tokens=strip_tokens,
             read_timeout_s=read_timeout_s,
+            lanes=lanes,
         )
     except RewardKitError as e:
         raise click.ClickException(str(e)) from None

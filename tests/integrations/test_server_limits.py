@@ -206,3 +206,29 @@ def test_a_hanging_request_does_not_hold_up_other_clients(server):
     slow = time.monotonic() - start
     assert hung["answer"][0] == 200
     assert quick < slow / 2, (quick, slow)
+
+
+def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(server):
+    """The process executor runs one job at a time; with two lanes a hung request holds up only its own."""
+    srv = server("--executor", "process", "--num-workers", "1", "--timeout", "60", "--lanes", "2")
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # both lanes' first use: lane 0 warm
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+    hung: dict = {}
+    start = time.monotonic()
+    thread = threading.Thread(
+        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 8"}]}))
+    )
+    thread.start()
+    while srv.get("/health")[1]["in_flight"] < 1:
+        time.sleep(0.05)
+
+    async def five():
+        return await asyncio.gather(*(asyncio.to_thread(srv.post, "/v1/score", GOOD) for _ in range(5)))
+
+    answers = asyncio.run(five())
+    quick = time.monotonic() - start
+    assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a in answers)
+    thread.join(timeout=120)
+    slow = time.monotonic() - start
+    assert hung["answer"][0] == 200 and slow >= 8
+    assert quick < slow / 2, (quick, slow)
