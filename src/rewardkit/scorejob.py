@@ -122,37 +122,40 @@ def check_resume(output: Path, lines: list[int], uids: list[Any]) -> tuple[int, 
     done = 0
     good_end = 0
     with open(output, "rb") as f:
-        data = f.read()
-    pos = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break  # torn: no newline after the last row
-        try:
-            row = json.loads(data[pos:nl])
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            if data[nl + 1 :].strip():
-                raise JobError(f"{output}: row {done + 1} is not valid JSON; cannot resume") from None
-            break
-        if done >= len(lines):
-            raise JobError(f"{output} has more rows than the input has lines; cannot resume")
-        if not isinstance(row, dict) or row.get(LINE_FIELD) != lines[done]:
-            raise JobError(
-                f"{output}: row {done + 1} is for input line {row.get(LINE_FIELD) if isinstance(row, dict) else '?'},"
-                f" expected line {lines[done]}: it was not written from this input; cannot resume"
-            )
-        if uids[done] is not None and row.get("uid") != uids[done]:
-            raise JobError(
-                f"{output}: row {done + 1} has uid {row.get('uid')!r}, input line {lines[done]} has "
-                f"{uids[done]!r}; cannot resume"
-            )
-        tally.add(row)
-        done += 1
-        pos = good_end = nl + 1
-    if good_end < len(data):
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                break  # torn: no newline after the last row
+            try:
+                row = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                if f.read().strip():
+                    raise JobError(f"{output}: row {done + 1} is not valid JSON; cannot resume") from None
+                break
+            _check_row(output, row, done, lines, uids)
+            tally.add(row)
+            done += 1
+            good_end += len(raw)
+        size = f.seek(0, 2)
+    if good_end < size:
         with open(output, "r+b") as f:
             f.truncate(good_end)
     return done, tally
+
+
+def _check_row(output: Path, row: Any, done: int, lines: list[int], uids: list[Any]) -> None:
+    if done >= len(lines):
+        raise JobError(f"{output} has more rows than the input has lines; cannot resume")
+    if not isinstance(row, dict) or row.get(LINE_FIELD) != lines[done]:
+        got = row.get(LINE_FIELD) if isinstance(row, dict) else "?"
+        raise JobError(
+            f"{output}: row {done + 1} is for input line {got}, expected line {lines[done]}: "
+            "it was not written from this input; cannot resume"
+        )
+    if uids[done] is not None and row.get("uid") != uids[done]:
+        raise JobError(
+            f"{output}: row {done + 1} has uid {row.get('uid')!r}, input line {lines[done]} has "
+            f"{uids[done]!r}; cannot resume"
+        )
 
 
 def score_file(
