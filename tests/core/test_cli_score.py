@@ -47,14 +47,19 @@ def run_cli(args):
     return CliRunner().invoke(cli, ["score", *map(str, args)])
 
 
-def test_sigint_keeps_finished_lines_and_resume_completes_them(job):
+@pytest.mark.parametrize("executor", ["inline", "process"])
+def test_sigint_keeps_finished_lines_and_resume_completes_them(job, executor):
     """A real Ctrl-C on a real process: exit 130, the finished chunks are on disk, --resume finishes."""
     tmp_path, config = job
     n = 3000
     rollouts = tmp_path / "big.jsonl"
-    write_lines(rollouts, [{"response": str(i % 7), "ground_truth": "3", "uid": f"u{i}"} for i in range(n)])
+    records = [
+        {"response": str(i), "ground_truth": str(i) if i % 7 == 3 else "x", "uid": f"u{i}"} for i in range(n)
+    ]
+    write_lines(rollouts, records)
     out = tmp_path / "big.scored.jsonl"
     cmd = [sys.executable, "-m", "rewardkit.cli", "score", str(rollouts), "-o", str(out), "-c", str(config)]
+    cmd += ["--executor", executor, "--num-workers", "2"]
     env = {**os.environ, "RK_TEST_DELAY": "0.005"}
     proc = subprocess.Popen(
         [*cmd, "--chunk-size", "40", "--no-progress"],
