@@ -191,6 +191,11 @@ class RewardEngine:
         if self._closed:
             return
         self._closed = True
+        if self._loop is not None:
+            try:  # a batch cancelled by Ctrl-C finishes cancelling before the loop goes
+                self._loop.submit(_cancel_pending()).result(timeout=10)
+            except Exception:  # noqa: BLE001 - closing goes on regardless
+                pass
         if self._manager is not None and self._loop is not None:
             self._loop.run(self._manager.aclose())
         if self._backend is not None:
@@ -221,6 +226,15 @@ class RewardEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait for them to finish."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def compute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:

@@ -25,6 +25,7 @@ FAILURE_REASONS = (
     "invalid_total",  # the weighted sum of finite components is inf or nan
     "sandbox_unavailable",  # the code sandbox's isolation cannot be had on this machine
     "unroutable",  # no scorer applies (unknown / missing data_source, or a query without its prompt)
+    "bad_input",  # `rewardkit score --on-bad-line=skip`: the input line was not a usable sample
 )
 
 
