@@ -1,0 +1,1 @@
+"""Cross-cutting runtime pieces every layer uses: loop thread, deadlines, limits, dedup."""

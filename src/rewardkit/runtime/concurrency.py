@@ -1,0 +1,149 @@
+"""Adaptive concurrency: how many requests one server gets at once, found from its answers (AIMD).
+
+:class:`ConcurrencyController` keeps a limit on the requests in flight to one server:
+
+* a **congestion signal** (429 or 503: the server says it is overloaded) cuts the limit to
+  ``DECREASE`` times itself, once per wave: requests sent before the last cut do not cut again,
+  as in TCP, so one burst of 429s costs one cut, not one per request;
+* a **lost request** (one attempt timed out, or stalled past the stall threshold) changes nothing:
+  a hung request says nothing about load, and halving on it would let a few stalls starve the
+  server;
+* each **success** adds ``1 / limit``, so a full round of successes adds one, up to ``maximum``;
+* the limit never drops below ``floor`` (default ``FLOOR_FRACTION`` of ``maximum``), which keeps
+  the server busy while it sheds load with 429s.
+
+A request that stalls is :meth:`Slot.detach`-ed from the count after its stall threshold, so
+stalled requests (which may take a whole request timeout to fail) do not hold slots that healthy
+requests could use. :class:`AdaptiveLimit` is one controller with a first-come-first-served
+queue, as an async context manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+
+#: Multiplicative decrease on a congestion signal.
+DECREASE = 0.5
+#: Default floor of the limit as a share of its maximum.
+FLOOR_FRACTION = 0.25
+
+
+class ConcurrencyController:
+    """The limit and count of requests in flight to one server; use from one event loop."""
+
+    def __init__(self, maximum: int, adaptive: bool = True, floor: int | None = None):
+        self.maximum = maximum
+        self.adaptive = adaptive
+        self.floor = max(1, min(maximum, floor if floor is not None else math.ceil(maximum * FLOOR_FRACTION)))
+        self.limit = float(maximum)
+        self.in_use = 0
+        self.lowest = float(maximum)
+        self.lost = 0
+        self.congested_count = 0
+        self._last_cut = -math.inf
+
+    def free(self) -> int:
+        """Slots free now."""
+        return max(1, int(self.limit)) - self.in_use
+
+    def load(self) -> float:
+        """In flight as a share of the limit (for least-loaded routing)."""
+        return self.in_use / max(1.0, self.limit)
+
+    def congested(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` (``time.monotonic()``) got a 429 or 503."""
+        self.congested_count += 1
+        if self.adaptive and sent_at > self._last_cut:
+            self.limit = max(float(self.floor), self.limit * DECREASE)
+            self.lowest = min(self.lowest, self.limit)
+            self._last_cut = time.monotonic()
+
+    def succeeded(self) -> None:
+        """A request got an answer."""
+        if self.adaptive and self.limit < self.maximum:
+            self.limit = min(float(self.maximum), self.limit + 1 / self.limit)
+
+    def lost_one(self) -> None:
+        """A request timed out or stalled: counted, the limit unchanged."""
+        self.lost += 1
+
+    def take_lowest(self) -> float:
+        """The lowest limit since the last call; then start over from the current one."""
+        low, self.lowest = self.lowest, self.limit
+        return low
+
+
+class Slot:
+    """One request's place in a controller; :meth:`release` is idempotent."""
+
+    def __init__(self, ctl: ConcurrencyController, on_free=None):
+        self.ctl = ctl
+        self.sent_at = time.monotonic()
+        self.held = True
+        self.detached = False
+        self._on_free = on_free
+
+    def release(self) -> None:
+        """Give the slot back (once)."""
+        if self.held:
+            self.held = False
+            self.ctl.in_use -= 1
+            if self._on_free is not None:
+                self._on_free()
+
+    def detach(self) -> None:
+        """The request stalled: stop counting it against the limit (a lost request, no congestion)."""
+        if self.held:
+            self.detached = True
+            self.ctl.lost_one()
+            self.release()
+
+
+class AdaptiveLimit(ConcurrencyController):
+    """A :class:`ConcurrencyController` with a first-come-first-served queue: ``async with limit:``.
+
+    ``overloaded`` and ``succeeded`` report outcomes; with ``adaptive=False`` it is a plain
+    semaphore of ``maximum``. Cancelled waiters are skipped without leaking slots.
+    """
+
+    def __init__(self, maximum: int, adaptive: bool = True, floor: int | None = None):
+        super().__init__(maximum, adaptive, floor)
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def _wake(self) -> None:
+        while self._waiters and self.free() > 0:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.in_use += 1
+                fut.set_result(None)
+
+    async def __aenter__(self) -> float:
+        if self.free() > 0 and not self._waiters:
+            self.in_use += 1
+        else:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():  # a slot was handed over just before: give it back
+                    self.in_use -= 1
+                    self._wake()
+                raise
+        return time.monotonic()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.in_use -= 1
+        self._wake()
+
+    def overloaded(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` got a 429 (or 503)."""
+        self.congested(sent_at)
+
+    def succeeded(self) -> None:
+        """A request got a 2xx answer."""
+        super().succeeded()
+        self._wake()
