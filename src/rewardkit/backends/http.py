@@ -175,6 +175,7 @@ class _Outcome:
     ``429``, ``5xx`` or the status code."""
 
     kind: str = "ok"
+    refused: bool = False  # the connection could not be made
     status: int = 0
     data: Any = None
     error: str = ""
@@ -199,6 +200,7 @@ class _Tries:
         self.last: _Outcome | None = None
         self.replica = ""
         self.tickets: list[int] | None = None  # breaker arrival marks, from the first attempt
+        self.probes_failed = 0
 
     def remaining(self) -> float:
         return math.inf if self.deadline is None else self.deadline - time.monotonic()
@@ -290,7 +292,11 @@ class HTTPCore:
                 return Reply(out.data, tries.attempts - 1, tries.latency(), out.status, tries.replica)
             if not out.retryable:
                 raise tries.fail("http", out.error)
-            if max_retries is not None and tries.attempts > max_retries:
+            if lease.probe:
+                tries.probes_failed += (
+                    1  # the breaker's question, not this request's: bounded by the deadline
+                )
+            if max_retries is not None and tries.attempts - tries.probes_failed > max_retries:
                 reason = "timeout" if out.kind == "timeout" else "http"
                 raise tries.fail(reason, f"gave up after {tries.attempts} attempts; last: {out.error}")
             avoid = lease.replica.index if len(self.replicas) > 1 else None
@@ -366,6 +372,7 @@ class HTTPCore:
             return out
         except aiohttp.ClientError as e:
             out.kind, out.error = "connection", f"{type(e).__name__}: {e}"
+            out.refused = isinstance(e, aiohttp.ClientConnectorError)
             return out
         finally:
             stall.cancel()
@@ -407,7 +414,7 @@ class HTTPCore:
             else:
                 ctl.succeeded()
         else:
-            breaker.failure(out.error, probe=lease.probe)
+            breaker.failure(out.error, probe=lease.probe, refused=out.refused)
             if out.status == 503:
                 ctl.congested(lease.slot.sent_at)
             elif out.kind == "timeout" and not lease.slot.detached:

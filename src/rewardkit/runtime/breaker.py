@@ -2,7 +2,8 @@
 
 The breaker of one server (one judge replica). It *opens* when, within the last ``window_s``, there
 was no success at all and at least ``threshold`` failures (connection refused or reset, timeouts,
-5xx): a server that answers some requests is never declared down, however many others fail. While
+5xx): a server that answers some requests is never declared down, however many others fail; or
+at once after ``threshold`` connection refusals in a row (nothing listens: the server is gone). While
 open it lets exactly one *probe* through at a time, the first ``PROBE_FIRST_S`` after opening and
 then at intervals doubling up to ``PROBE_MAX_S``; the probe's success closes the circuit at once.
 
@@ -41,6 +42,7 @@ class CircuitBreaker:
         self.clock = clock
         self.state = "closed"
         self.failures = 0  # since the last success
+        self.refusals = 0  # connection refusals since the last success
         self.last_success = -math.inf
         self.down_since = 0.0
         self.opened_at = 0.0
@@ -99,17 +101,20 @@ class CircuitBreaker:
         """The server answered (any status that shows it is alive, 429 included)."""
         with self._lock:
             self.failures = 0
+            self.refusals = 0
             self.last_success = self.clock()
             self._recent.clear()
             self.state = "closed"
             self._probe = False
             self._interval = PROBE_FIRST_S
 
-    def failure(self, error: str, probe: bool = False) -> None:
-        """A connection error, timeout or 5xx; ``probe`` says the request was this breaker's probe."""
+    def failure(self, error: str, probe: bool = False, refused: bool = False) -> None:
+        """A connection error, timeout or 5xx; ``probe``: it was this breaker's probe; ``refused``: the
+        connection was refused (nothing listens)."""
         with self._lock:
             now = self.clock()
             self.failures += 1
+            self.refusals += refused
             self.last_error = error
             self._recent = [t for t in self._recent if now - t < self.window_s]
             self._recent.append(now)
@@ -127,6 +132,8 @@ class CircuitBreaker:
                 self._probe_due = now + self._interval
 
     def _is_down(self, now: float) -> bool:
+        if self.refusals >= self.threshold:
+            return True
         return len(self._recent) >= self.threshold and now - self.last_success >= self.window_s
 
     def abandon(self, probe: bool = True) -> None:

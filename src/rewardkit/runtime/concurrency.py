@@ -8,7 +8,11 @@
 * a **lost request** (one attempt timed out, or stalled past the stall threshold) changes nothing:
   a hung request says nothing about load, and halving on it would let a few stalls starve the
   server;
-* each **success** adds ``1 / limit``, so a full round of successes adds one, up to ``maximum``;
+* each **success** grows the limit: while it is below the limit it had before the last cut, by
+  ``REGAIN / limit`` (a round of successes regains ``REGAIN`` of the distance, so a burst of 429s
+  costs a few round trips, not hundreds); above it, additively by ``1 / limit`` (one per round),
+  up to ``maximum``. A cut while still recovering remembers ``MEMORY`` of the previous pre-cut
+  limit, so the target decays towards what an overloaded server really takes;
 * the limit never drops below ``floor`` (default ``FLOOR_FRACTION`` of ``maximum``), which keeps
   the server busy while it sheds load with 429s.
 
@@ -29,6 +33,10 @@ from collections import deque
 DECREASE = 0.5
 #: Default floor of the limit as a share of its maximum.
 FLOOR_FRACTION = 0.25
+#: Share of the distance to the limit before the last cut that one round of successes regains.
+REGAIN = 0.5
+#: A cut during recovery remembers this share of the previous pre-cut limit (if that is higher).
+MEMORY = 0.9
 
 
 class ConcurrencyController:
@@ -43,6 +51,7 @@ class ConcurrencyController:
         self.lowest = float(maximum)
         self.lost = 0
         self.congested_count = 0
+        self.before_cut = float(maximum)
         self._last_cut = -math.inf
 
     def free(self) -> int:
@@ -57,6 +66,7 @@ class ConcurrencyController:
         """A request sent at ``sent_at`` (``time.monotonic()``) got a 429 or 503."""
         self.congested_count += 1
         if self.adaptive and sent_at > self._last_cut:
+            self.before_cut = max(self.limit, MEMORY * self.before_cut)
             self.limit = max(float(self.floor), self.limit * DECREASE)
             self.lowest = min(self.lowest, self.limit)
             self._last_cut = time.monotonic()
@@ -64,7 +74,8 @@ class ConcurrencyController:
     def succeeded(self) -> None:
         """A request got an answer."""
         if self.adaptive and self.limit < self.maximum:
-            self.limit = min(float(self.maximum), self.limit + 1 / self.limit)
+            step = max(1.0, REGAIN * (self.before_cut - self.limit))
+            self.limit = min(float(self.maximum), self.limit + step / self.limit)
 
     def lost_one(self) -> None:
         """A request timed out or stalled: counted, the limit unchanged."""

@@ -302,7 +302,7 @@ async def test_adaptive_limit_halves_once_per_wave_and_grows_back():
     assert lim.limit == 4 and lim.lowest == 4
     for _ in range(4):
         lim.succeeded()
-    assert lim.limit == pytest.approx(5, abs=0.1)  # one round of successes: +1
+    assert 5 < lim.limit < 8  # one round of successes regains part of the way to the pre-cut 8
     fixed = AdaptiveLimit(16, adaptive=False)
     fixed.overloaded(time.monotonic())
     assert fixed.limit == 16
