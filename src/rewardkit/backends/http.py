@@ -412,7 +412,7 @@ class HTTPCore:
             if out.status == 429:
                 ctl.congested(lease.slot.sent_at)
             else:
-                ctl.succeeded()
+                ctl.succeeded(lease.slot.sent_at)
         else:
             breaker.failure(out.error, probe=lease.probe, refused=out.refused)
             if out.status == 503:

@@ -2,9 +2,13 @@
 
 :class:`ConcurrencyController` keeps a limit on the requests in flight to one server:
 
-* a **congestion signal** (429 or 503: the server says it is overloaded) cuts the limit to
-  ``DECREASE`` times itself, once per wave: requests sent before the last cut do not cut again,
-  as in TCP, so one burst of 429s costs one cut, not one per request;
+* a **congestion signal** cuts the limit to ``DECREASE`` times itself. Answers are counted in
+  *waves*: a wave is ``limit`` answers to requests sent after the last cut (those sent before it
+  say nothing about the new limit, as in TCP). A wave in which at least ``CONGESTED_SHARE`` of
+  the answers were 429 or 503 is a congestion signal: the server is shedding load. A short burst
+  of 429s among many successes is not: its requests wait out their ``Retry-After`` and are sent
+  again, and cutting the limit for it would idle a healthy server (as in DCTCP, the reaction
+  follows the share of congestion marks, not their mere presence);
 * a **lost request** (one attempt timed out, or stalled past the stall threshold) changes nothing:
   a hung request says nothing about load, and halving on it would let a few stalls starve the
   server;
@@ -31,6 +35,8 @@ from collections import deque
 
 #: Multiplicative decrease on a congestion signal.
 DECREASE = 0.5
+#: Share of 429/503 answers in one wave that makes it a congestion signal.
+CONGESTED_SHARE = 0.3
 #: Default floor of the limit as a share of its maximum.
 FLOOR_FRACTION = 0.25
 #: Share of the distance to the limit before the last cut that one round of successes regains.
@@ -53,6 +59,8 @@ class ConcurrencyController:
         self.congested_count = 0
         self.before_cut = float(maximum)
         self._last_cut = -math.inf
+        self._wave = 0  # answers in the current wave
+        self._marked = 0  # of which 429/503
 
     def free(self) -> int:
         """Slots free now."""
@@ -65,17 +73,28 @@ class ConcurrencyController:
     def congested(self, sent_at: float) -> None:
         """A request sent at ``sent_at`` (``time.monotonic()``) got a 429 or 503."""
         self.congested_count += 1
-        if self.adaptive and sent_at > self._last_cut:
+        self._count(sent_at, marked=True)
+
+    def succeeded(self, sent_at: float | None = None) -> None:
+        """A request (sent at ``sent_at``; default: now) got an answer."""
+        if self.adaptive and self.limit < self.maximum and not self._marked:  # no growth in a marked wave
+            step = max(1.0, REGAIN * (self.before_cut - self.limit))
+            self.limit = min(float(self.maximum), self.limit + step / self.limit)
+        self._count(time.monotonic() if sent_at is None else sent_at, marked=False)
+
+    def _count(self, sent_at: float, marked: bool) -> None:
+        if not self.adaptive or sent_at <= self._last_cut:
+            return
+        self._wave += 1
+        self._marked += marked
+        if self._wave < max(1, int(self.limit)):
+            return
+        if self._marked >= CONGESTED_SHARE * self._wave:
             self.before_cut = max(self.limit, MEMORY * self.before_cut)
             self.limit = max(float(self.floor), self.limit * DECREASE)
             self.lowest = min(self.lowest, self.limit)
             self._last_cut = time.monotonic()
-
-    def succeeded(self) -> None:
-        """A request got an answer."""
-        if self.adaptive and self.limit < self.maximum:
-            step = max(1.0, REGAIN * (self.before_cut - self.limit))
-            self.limit = min(float(self.maximum), self.limit + step / self.limit)
+        self._wave = self._marked = 0
 
     def lost_one(self) -> None:
         """A request timed out or stalled: counted, the limit unchanged."""
@@ -154,7 +173,7 @@ class AdaptiveLimit(ConcurrencyController):
         """A request sent at ``sent_at`` got a 429 (or 503)."""
         self.congested(sent_at)
 
-    def succeeded(self) -> None:
+    def succeeded(self, sent_at: float | None = None) -> None:
         """A request got a 2xx answer."""
-        super().succeeded()
+        super().succeeded(sent_at)
         self._wake()

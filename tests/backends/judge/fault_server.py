@@ -8,7 +8,7 @@ fails its *first* attempt transiently (which ones is fixed by ``seed``), with a 
 
 * ``stall``: no answer for ``stall_s`` (past the client's timeout), then a late one;
 * ``reset``: the connection is closed without an answer;
-* ``429``: starts a burst: every request for ``burst_s`` gets 429 with ``Retry-After``;
+* ``429``: starts a burst: this and the next ``burst_n`` requests get 429 with ``Retry-After``;
 * ``503``: 503 with ``Retry-After`` (what a proxy says while the model server restarts);
 * ``500``: a plain server error;
 * ``garbage``: a 200 whose body is an HTML error page, not JSON;
@@ -49,7 +49,7 @@ class FaultPlan:
     kinds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 1.0))
     stall_s: float = 30.0
     retry_after: str = "0.05"
-    burst_s: float = 0.05
+    burst_n: int = 8
     seed: int = 0
 
     def fault_for(self, text: str) -> str | None:
@@ -87,7 +87,7 @@ class FaultServer:
         self.faults: Counter[str] = Counter()
         self.log: list[tuple[float, int]] = []
         self.restarts = 0
-        self._burst_until = 0.0
+        self._burst_left = 0
         self._warm_until = 0.0
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +107,8 @@ class FaultServer:
         now = time.monotonic()
         if now < self._warm_until:
             return self._error(503, "model is loading")
-        if now < self._burst_until:
+        if self._burst_left > 0:
+            self._burst_left -= 1
             return self._error(429, "too many requests")
         self.seen[text] += 1
         fault = self.plan.fault_for(text) if self.seen[text] == 1 else None
@@ -155,7 +156,7 @@ class FaultServer:
                 request.transport.close()
             return web.Response(text="")
         if fault == "429":
-            self._burst_until = time.monotonic() + self.plan.burst_s
+            self._burst_left = self.plan.burst_n
             return self._error(429, "too many requests")
         if fault in ("503", "500"):
             return self._error(int(fault), "upstream unavailable" if fault == "503" else "internal error")

@@ -167,8 +167,9 @@ def test_the_limit_has_a_floor_and_recovers_after_a_429_burst():
 
     ctl = ConcurrencyController(64)
     assert ctl.floor == 16
-    for _ in range(6):  # six waves of 429s
-        ctl.congested(time.monotonic() + 1)
+    for _ in range(6):  # six waves of nothing but 429s
+        for _ in range(int(ctl.limit)):
+            ctl.congested(time.monotonic() + 1)
     assert ctl.limit == 16  # not 1: the server is kept busy
     successes = 0
     while ctl.limit < 63.5 and successes < 5000:
@@ -178,9 +179,10 @@ def test_the_limit_has_a_floor_and_recovers_after_a_429_burst():
     ctl.lost_one()
     assert ctl.limit >= 63.5 and ctl.lost == 1
     burst = ConcurrencyController(64)
-    now = time.monotonic()
-    burst.congested(now + 1)  # one burst of 429s: two waves
-    burst.congested(now + 2)
+    for _ in range(2):  # an overload: two waves of 429s
+        for _ in range(int(burst.limit)):
+            burst.congested(time.monotonic() + 1)
+    assert burst.limit == 16
     for _ in range(200):  # about four rounds of successes at the reduced limit
         burst.succeeded()
     assert burst.limit >= 48  # most of it back: a burst costs a few round trips

@@ -285,7 +285,7 @@ def test_defaults_come_from_the_template():
     assert GenerativeRM(rm2).model == "judge-from-path"
 
 
-async def test_adaptive_limit_halves_once_per_wave_and_grows_back():
+async def test_adaptive_limit_halves_on_a_congested_wave_and_grows_back():
     import time
 
     from rewardkit.backends.http import AdaptiveLimit
@@ -293,18 +293,26 @@ async def test_adaptive_limit_halves_once_per_wave_and_grows_back():
     lim = AdaptiveLimit(16)
     async with lim as sent_a:
         pass
-    async with lim as sent_b:
-        pass
-    lim.overloaded(sent_b)
-    lim.overloaded(sent_a)  # sent before the cut: the same wave, no second cut
+    for i in range(16):  # a wave of 16 answers, half of them 429: congestion
+        lim.overloaded(sent_a) if i % 2 else lim.succeeded(sent_a)
     assert lim.limit == 8
-    lim.overloaded(time.monotonic())
-    assert lim.limit == 4 and lim.lowest == 4
+    for _ in range(16):  # answers to requests sent before the cut say nothing about the new limit
+        lim.overloaded(sent_a)
+    assert lim.limit == 8
+    now = time.monotonic() + 1
+    for i in range(8):
+        lim.overloaded(now) if i % 2 == 0 else lim.succeeded(now)
+    assert lim.limit == 4 and lim.lowest == 4  # the floor: a quarter of 16
     for _ in range(4):
         lim.succeeded()
     assert 5 < lim.limit < 8  # one round of successes regains part of the way to the pre-cut 8
+    burst = AdaptiveLimit(16)
+    for i in range(16):  # two 429s among fourteen successes: a burst, not congestion
+        burst.overloaded(now) if i < 2 else burst.succeeded(now)
+    assert burst.limit == 16
     fixed = AdaptiveLimit(16, adaptive=False)
-    fixed.overloaded(time.monotonic())
+    for _ in range(16):
+        fixed.overloaded(now)
     assert fixed.limit == 16
 
 
