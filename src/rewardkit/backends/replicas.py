@@ -9,8 +9,9 @@ using the backend) and, per event loop, a
   *key* (its prompt prefix) hashes to (rendezvous hashing, so a server's prefix cache helps),
   unless it is busier than the least-loaded one by more than ``STICKY_SLACK``; then the
   least-loaded. ``avoid`` (the replica a retry failed on) is skipped when another is free;
-* when every replica is down, one request at a time becomes a replica's probe; the others wait,
-  and fail with ``circuit_open`` only once every replica's breaker says so for them.
+* a down replica's probe, when due, is the next request (so a replica that comes back is taken
+  in again while the others serve); when every replica is down, the others wait, and fail with
+  ``circuit_open`` only once every replica's breaker says so for them.
 """
 
 from __future__ import annotations
@@ -91,6 +92,14 @@ class Router:
     def _choose(self, w: _Waiter) -> Lease | str | None:
         """A lease, a failure message, or ``None`` (wait)."""
         closed = [i for i, r in enumerate(self.replicas) if r.breaker.available()]
+        if closed and len(closed) < len(self.replicas):  # a down replica's probe, if due, goes first
+            for i, r in enumerate(self.replicas):
+                if (
+                    i not in closed
+                    and r.breaker.next_change_in() == 0
+                    and r.breaker.gate(w.tickets[i]) == "allow"
+                ):
+                    return self._lease(i, probe=True)
         free = [i for i in closed if self.ctls[i].free() > 0]
         if free:
             return self._lease(self._pick(free, w.key, w.avoid), probe=False)

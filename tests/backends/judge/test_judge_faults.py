@@ -216,6 +216,22 @@ async def test_a_dead_replica_is_taken_out_and_retries_go_to_the_other(judge, se
     await rm.aclose()
 
 
+async def test_a_replica_that_comes_back_is_probed_back_in(judge, servers):
+    a, b = servers(capacity=8), servers(capacity=8)
+    rm = judge([a.base_url, b.base_url], max_in_flight=8)
+    a.restart(after_s=0.0, down_s=0.6)
+    await asyncio.sleep(0.1)
+    res = await rm.ascore(batch(100, "down"))  # a is down: b scores everything
+    assert right(res, 100) == 100 and {r.extra["replica"] for r in res} == {b.base_url}
+    assert rm.http.replicas[0].breaker.times_opened == 1
+    await asyncio.sleep(1.2)  # a is back; the next batch's probe finds it
+    res = await rm.ascore(batch(200, "up"))
+    assert right(res, 200) == 200
+    assert sum(r.extra["replica"] == a.base_url for r in res) >= 40
+    assert rm.http.replicas[0].breaker.state == "closed"
+    await rm.aclose()
+
+
 async def test_routing_is_sticky_by_prompt_prefix(judge, servers):
     a, b = servers(), servers()
     rm = judge([a.base_url, b.base_url], max_in_flight=64)
