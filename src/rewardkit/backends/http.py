@@ -287,7 +287,7 @@ class HTTPCore:
         while True:
             await self._wait_for_budget(cost_tokens, tries)
             lease = await self._lease(st.extra, key, avoid, tries)
-            out = await self._attempt(st, lease, path, body, tries)
+            out = await self._attempt_or_hedge(st, lease, key, path, body, tries)
             if out.kind == "ok":
                 return Reply(out.data, tries.attempts - 1, tries.latency(), out.status, tries.replica)
             if not out.retryable:
@@ -331,6 +331,44 @@ class HTTPCore:
         except (TimeoutError, asyncio.TimeoutError):
             raise tries.timed_out() from None
 
+    async def _attempt_or_hedge(
+        self, st: LoopState, lease: Lease, key: str, path: str, body: bytes, tries: _Tries
+    ) -> _Outcome:
+        """One attempt; if it stalls past the stall threshold, a second one (on another replica when
+        there is one) races it, and the first answer wins. A stall then costs one stall threshold,
+        not a whole request timeout."""
+        first = asyncio.ensure_future(self._attempt(st, lease, path, body, tries))
+        stall = self._stall_after()
+        if (
+            not self.settings.hedge
+            or lease.probe
+            or stall >= min(self.settings.request_timeout_s, tries.remaining())
+        ):
+            return await first
+        tasks = {first}
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=stall)
+            if done:
+                return first.result()
+            self.metrics.add(hedged=1)
+            avoid = lease.replica.index if len(self.replicas) > 1 else None
+            try:
+                hedge = await self._lease(st.extra, key, avoid, tries)
+            except RequestFailed:
+                return await first
+            tasks.add(asyncio.ensure_future(self._attempt(st, hedge, path, body, tries)))
+            out = _Outcome("timeout")
+            while tasks:
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    out = t.result()
+                    if out.kind == "ok":
+                        return out
+            return out
+        finally:
+            for t in tasks:
+                t.cancel()
+
     async def _attempt(self, st: LoopState, lease: Lease, path: str, body: bytes, tries: _Tries) -> _Outcome:
         timeout = min(self.settings.request_timeout_s, tries.remaining())
         try:
@@ -348,6 +386,8 @@ class HTTPCore:
                 lease.replica.breaker.abandon()
             raise
         tries.last = out
+        if out.kind == "ok":
+            tries.replica = lease.replica.url  # the one that answered (of a hedged pair)
         self._report(st.extra, lease, out)
         lease.slot.release()
         return out

@@ -55,6 +55,7 @@ class BackendMetrics:
         self.judge_cut_off = 0
         self.reasks = 0
         self.stalled = 0
+        self.hedged = 0
 
     def add(self, **counts: float) -> None:
         """Add to counters by name (``requests=1``, ``cache_hits=3``...)."""
@@ -90,7 +91,7 @@ class BackendMetrics:
                 "dedup/saved": float(self.dedup_saved),
                 "truncated": float(self.truncated),
             }
-            for name in ("judge_cut_off", "reasks", "stalled"):
+            for name in ("judge_cut_off", "reasks", "stalled", "hedged"):
                 if getattr(self, name):
                     m[name] = float(getattr(self, name))
             for kind, n in sorted(self.errors.items()):

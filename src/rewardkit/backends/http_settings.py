@@ -36,6 +36,10 @@ class HTTPSettings(BaseModel):
         description="an attempt slower than this stops counting against the in-flight limit "
         "(default: 4x the recent p90 latency, at least 1 s)",
     )
+    hedge: bool = Field(
+        True,
+        description="when an attempt stalls past stall_after_s, race a second one (another replica if any)",
+    )
     deadline_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
     max_retries: int | None = Field(
         8, ge=0, description="retries per request after the first attempt (null: until the deadline)"

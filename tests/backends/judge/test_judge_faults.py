@@ -149,7 +149,7 @@ async def test_next_batch_inside_the_cooldown_still_sends_requests(judge, server
 
 async def test_stalled_requests_do_not_hold_the_in_flight_slots(judge, servers):
     srv = servers(rate=0.15, kinds={"stall": 1.0}, capacity=8)
-    rm = judge(srv.base_url, max_in_flight=8, request_timeout_s=2.0, stall_after_s=0.1)
+    rm = judge(srv.base_url, max_in_flight=8, request_timeout_s=2.0, stall_after_s=0.1, hedge=False)
     res = await rm.ascore(batch(200))
     assert right(res, 200) == 200
     first_stall = next(t for t, s in srv.log if s == -1)
@@ -159,6 +159,19 @@ async def test_stalled_requests_do_not_hold_the_in_flight_slots(judge, servers):
     m = rm.metrics()
     assert m["stalled"] >= 20
     assert m["in_flight_limit/min"] == 8  # a timeout is a lost request, not congestion
+    await rm.aclose()
+
+
+async def test_a_stalled_attempt_is_raced_by_a_hedge_instead_of_waiting_out_its_timeout(judge, servers):
+    srv = servers(rate=0.15, kinds={"stall": 1.0}, capacity=8)
+    rm = judge(srv.base_url, max_in_flight=8, request_timeout_s=2.0, stall_after_s=0.1)
+    res = await rm.ascore(batch(200))
+    assert right(res, 200) == 200
+    m = rm.metrics()
+    stalled = srv.faults["stall"]
+    assert stalled >= 20 and m["hedged"] >= stalled
+    assert m.get("errors/timeout", 0) == 0  # the hedge answered; the stalled attempt was dropped
+    assert sum(r.extra["attempts"] == 2 for r in res) >= stalled
     await rm.aclose()
 
 
