@@ -183,7 +183,7 @@ async def main() -> None:
             f"failed {run.reasons or 0}, circuit_open {circuit}; time {run.elapsed:.1f} s = "
             f"{run.elapsed / budget:.2f}x (1.5x no-fault + one timeout = {budget:.1f} s); "
             f"retries {run.metrics['retries']:.0f}, stalled {run.metrics.get('stalled', 0):.0f}, "
-            f"in-flight limit min {run.metrics['in_flight_limit/min']:.0f}"
+            f"hedged {run.metrics.get('hedged', 0):.0f}, in-flight limit min {run.metrics['in_flight_limit/min']:.0f}"
         )
         goal = share >= (0.995 if rate < 0.2 else 0.99) and run.wrong == 0 and run.lost == 0 and circuit == 0
         if rate < 0.2:

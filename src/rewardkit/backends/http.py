@@ -356,15 +356,18 @@ class HTTPCore:
                 hedge = await self._lease(st.extra, key, avoid, tries)
             except RequestFailed:
                 return await first
-            tasks.add(asyncio.ensure_future(self._attempt(st, hedge, path, body, tries)))
-            out = _Outcome("timeout")
-            while tasks:
+            second = asyncio.ensure_future(self._attempt(st, hedge, path, body, tries))
+            tasks.add(second)
+            while True:
                 done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    out = t.result()
-                    if out.kind == "ok":
-                        return out
-            return out
+                outs = {t: t.result() for t in done}
+                answer = next((o for o in outs.values() if o.kind == "ok"), None)
+                if answer is not None:
+                    return answer
+                if second in outs:  # a failed hedge goes to a retry, not back to the stalled attempt
+                    return outs[second]
+                if not tasks:
+                    return outs[first]
         finally:
             for t in tasks:
                 t.cancel()

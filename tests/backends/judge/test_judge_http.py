@@ -539,3 +539,14 @@ def test_sessions_left_on_closed_event_loops_are_closed_cleanly(server, make_jud
         gc.collect()
     leaked = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
     assert leaked == []
+
+
+async def test_a_failed_hedge_retries_instead_of_waiting_for_the_stalled_attempt(server, make_judge):
+    rm = make_judge(request_timeout_s=2.0, stall_after_s=0.1, max_retries=3)
+    server.queue = [{"hang": "1"}, {"fail": "503"}]  # the first attempt hangs, its hedge gets a 503
+    res = await rm.ascore(samples_of("x"))
+    assert res[0].status == "ok" and res[0].extra["attempts"] == 3
+    m = rm.metrics()
+    assert m["hedged"] == 1 and m.get("errors/timeout", 0) == 0  # never waited out the hung one
+    assert [q["status"] for q in server.requests] == [-1, 503, 200]
+    await rm.aclose()
