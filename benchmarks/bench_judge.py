@@ -163,9 +163,12 @@ async def main() -> None:
     )
     print(f"{args.n} samples per batch; client timeout {args.timeout:g} s")
 
-    with ServerProcess(args) as srv:  # 1. no faults
+    with ServerProcess(args) as srv:  # 1. no faults; interleaved, best of two each (the CPU is shared)
         plain = await run_plain(srv.url, args.n)
         base = await run_rewardkit(srv.url, args, "base")
+        plain = max(plain, await run_plain(srv.url, args.n))
+        again = await run_rewardkit(srv.url, args, "base2")
+        base = again if again.rps > base.rps else base
     print(
         f"1. no faults: rewardkit {base.rps:.0f} req/s = {base.rps / plain:.2f}x plain aiohttp (32 in flight, "
         f"{plain:.0f} req/s); {base.rps / nominal:.0%} of nominal; right {base.right}/{args.n}   "
