@@ -275,8 +275,8 @@ class HTTPCore:
             return await first
         tasks = {first}
         try:
-            done, _ = await asyncio.wait(tasks, timeout=stall)
-            if done:
+            await self._first_or_stall(first, stall)
+            if first.done():
                 return first.result()
             self.metrics.add(hedged=1)
             avoid = lease.replica.index if len(self.replicas) > 1 else None
@@ -299,6 +299,24 @@ class HTTPCore:
         finally:
             for t in tasks:
                 t.cancel()
+
+    @staticmethod
+    async def _first_or_stall(first: asyncio.Future, stall: float) -> None:
+        """Wait until ``first`` is done or ``stall`` seconds pass (lighter than ``asyncio.wait``)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        first.add_done_callback(wake)
+        timer = loop.call_later(stall, wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            first.remove_done_callback(wake)
 
     async def _attempt(self, st: LoopState, lease: Lease, path: str, body: bytes, tries: _Tries) -> _Outcome:
         timeout = min(self.settings.request_timeout_s, tries.remaining())
@@ -390,7 +408,7 @@ class HTTPCore:
                 ctl.congested(lease.slot.sent_at)
             elif out.kind == "timeout" and not lease.slot.detached:
                 ctl.lost_one()
-        router.dispatch()
+        # (releasing the slot, right after this, serves the waiters)
 
     async def _back_off(self, router: Router, out: _Outcome, tries: _Tries) -> None:
         s = self.settings
