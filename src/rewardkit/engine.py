@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rewardkit.batch import Sample, to_samples
+from rewardkit.batch import Sample
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor
+from rewardkit.inputs import as_samples
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
 from rewardkit.result import RewardResult
@@ -28,10 +29,15 @@ class RewardEngine:
 
     ``compute`` may be called from any thread (it runs on the engine's own event loop);
     ``acompute`` runs on the caller's loop. Close the engine (or use ``with``) to stop workers.
+    Both take records, TRL-style columns or a verl ``DataProto`` (decoded with ``tokenizer``, given
+    here or per call; see :mod:`rewardkit.inputs`).
     """
 
-    def __init__(self, config: ConfigLike = None, *, registries: Registries | None = None):
+    def __init__(
+        self, config: ConfigLike = None, *, registries: Registries | None = None, tokenizer: Any = None
+    ):
         self.config = load_config(config)
+        self.tokenizer = tokenizer
         self.registries = registries or get_registries(self.config.plugins)
         self._executor: Executor | None = None
         self._backend = None
@@ -103,11 +109,15 @@ class RewardEngine:
             self.backend.sleep()
 
     # -- scoring ---------------------------------------------------------------------------------
-    async def acompute(self, samples: Iterable[Any]) -> RewardResult:
-        """Score a batch (dicts, JSONL records or :class:`Sample`) on the running event loop."""
+    async def acompute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
+        """Score a batch on the running event loop: records (dicts, :class:`Sample`), TRL-style
+        ``{"prompts", "completions", ...}`` columns, or a verl ``DataProto`` (decoded with ``tokenizer``,
+        default the engine's)."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
-        batch: list[Sample] = to_samples(samples)
+        batch: list[Sample] = as_samples(
+            samples, tokenizer=tokenizer if tokenizer is not None else self.tokenizer
+        )
         start = time.perf_counter()
         manager = self.manager
         backend = self.backend
@@ -128,10 +138,10 @@ class RewardEngine:
             result.metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
         return result
 
-    def compute(self, samples: Iterable[Any]) -> RewardResult:
+    def compute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
         loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self.acompute(samples), loop).result()
+        return asyncio.run_coroutine_threadsafe(self.acompute(samples, tokenizer=tokenizer), loop).result()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -187,13 +197,27 @@ class RewardEngine:
         await self.aclose()
 
 
-def compute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:
-    """Score a batch once: ``rewardkit.compute(samples, config)``. Use :class:`RewardEngine` for repeated calls."""
-    with RewardEngine(config) as engine:
-        return engine.compute(samples)
+def compute(
+    samples: Iterable[Any] | Any, config: ConfigLike = None, *, tokenizer: Any = None
+) -> RewardResult:
+    """Score a batch: ``rewardkit.compute(samples, config)``.
+
+    The engine for ``config`` is built on the first call and reused by later calls with an equal
+    config, for the life of the process (see :mod:`rewardkit.engine_cache`).
+    """
+    from rewardkit.engine_cache import shared_engine
+
+    return shared_engine(config).compute(samples, tokenizer=tokenizer)
 
 
-async def acompute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:
-    """Async :func:`compute`."""
-    async with RewardEngine(config) as engine:
-        return await engine.acompute(samples)
+async def acompute(
+    samples: Iterable[Any] | Any, config: ConfigLike = None, *, tokenizer: Any = None
+) -> RewardResult:
+    """Async :func:`compute` (runs on the shared engine's own loop)."""
+    from rewardkit.engine_cache import shared_engine
+
+    engine = shared_engine(config)
+    future = asyncio.run_coroutine_threadsafe(
+        engine.acompute(samples, tokenizer=tokenizer), engine._ensure_loop()
+    )
+    return await asyncio.wrap_future(future)

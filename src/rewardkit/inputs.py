@@ -1,0 +1,280 @@
+"""Trainer batch objects as rewardkit samples: verl's ``DataProto``, TRL-style columns, records.
+
+:func:`as_samples` is what :meth:`RewardEngine.compute <rewardkit.engine.RewardEngine.compute>` and
+:func:`rewardkit.compute` call on their input:
+
+* a verl ``DataProto`` (recognised by its type name and attributes, so verl is never imported here):
+  padding is stripped with the attention mask as tensor operations, responses are decoded with the
+  fast tokenizer's Rust ``decode_batch`` on plain id lists, and prompts are decoded (all at once)
+  only when a scorer or backend first reads one;
+* TRL-style columns: a mapping with ``completions`` (and ``prompts``), plus one list per dataset
+  column, as TRL passes them to reward functions;
+* anything else: records (dicts or :class:`~rewardkit.batch.Sample`), validated by
+  :func:`~rewardkit.batch.to_samples`.
+
+Neither torch nor verl is imported unless the caller passes one of their objects.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rewardkit.batch import Sample, to_samples
+from rewardkit.errors import SampleError
+
+_LAZY = object()  # "prompt not decoded yet"
+
+
+class _PromptIds:
+    """The prompt id lists of one batch, decoded together the first time any prompt is read."""
+
+    def __init__(self, ids: list[list[int]], decode: Callable[[list[list[int]]], list[str]]):
+        self._ids: list[list[int]] | None = ids
+        self._decode = decode
+        self._texts: list[str] | None = None
+        self._lock = threading.Lock()
+
+    def text(self, i: int) -> str:
+        if self._texts is None:
+            with self._lock:
+                if self._texts is None:
+                    assert self._ids is not None
+                    self._texts = self._decode(self._ids)
+                    self._ids = None
+        return self._texts[i]
+
+
+class DecodedSample(Sample):
+    """A :class:`~rewardkit.batch.Sample` whose ``prompt`` is decoded from token ids on first read.
+
+    It pickles as a plain :class:`~rewardkit.batch.Sample` (prompt decoded), so worker processes
+    never receive the batch's token ids.
+    """
+
+    def _get_prompt(self) -> Any:
+        value = self.__dict__["_prompt"]
+        if value is _LAZY:
+            value = self.__dict__["_prompt"] = self._prompts.text(self._row)
+        return value
+
+    def _set_prompt(self, value: Any) -> None:
+        self.__dict__["_prompt"] = value
+
+    prompt = property(_get_prompt, _set_prompt)  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (
+            Sample,
+            (
+                self.index,
+                self.response,
+                self.prompt,
+                self.data_source,
+                self.ground_truth,
+                self.extra_info,
+                self.uid,
+                self.response_length,
+            ),
+        )
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars/arrays and nested mappings as plain Python data (lists, dicts, floats)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    mod = type(value).__module__.split(".")[0]
+    if mod == "numpy":
+        return value.tolist() if hasattr(value, "tolist") else value
+    if mod == "omegaconf":
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+# -- decoding --------------------------------------------------------------------------------------
+def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
+    """A function decoding many id lists at once, as ``tokenizer.decode(ids, skip_special_tokens=True)``.
+
+    A transformers fast tokenizer (without clean-up of tokenization spaces) decodes through its
+    Rust ``decode_batch``; a ``tokenizers.Tokenizer`` likewise; others through ``batch_decode``
+    or one ``decode`` per row.
+    """
+    if tokenizer is None:
+        raise ValueError("decoding token ids needs a tokenizer: pass tokenizer= (or give the engine one)")
+    backend = None
+    if hasattr(tokenizer, "decode_batch"):  # a tokenizers.Tokenizer itself
+        backend = tokenizer
+    elif not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        for attr in ("backend_tokenizer", "_tokenizer"):
+            candidate = getattr(tokenizer, attr, None)
+            if hasattr(candidate, "decode_batch"):
+                backend = candidate
+                break
+    if backend is not None:
+        return lambda ids: backend.decode_batch(ids, skip_special_tokens=True)
+    if hasattr(tokenizer, "batch_decode"):
+        return lambda ids: list(tokenizer.batch_decode(ids, skip_special_tokens=True))
+    return lambda ids: [tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+
+
+def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
+    """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
+    keep = mask != 0
+    lengths = keep.sum(dim=-1).tolist()
+    flat = ids[keep].tolist()
+    rows, start = [], 0
+    for n in lengths:
+        rows.append(flat[start : start + n])
+        start += n
+    return rows, lengths
+
+
+# -- verl DataProto ----------------------------------------------------------------------------
+def is_dataproto(obj: Any) -> bool:
+    """Whether ``obj`` looks like a verl ``DataProto`` (checked without importing verl)."""
+    return type(obj).__name__ == "DataProto" and hasattr(obj, "batch") and hasattr(obj, "non_tensor_batch")
+
+
+def dataproto_samples(
+    data: Any, tokenizer: Any, *, reward_fn_key: str = "data_source"
+) -> tuple[list[Sample], Any]:
+    """The samples of a verl ``DataProto`` and its response mask (``attention_mask[:, prompt_len:]``).
+
+    Reads ``prompts``, ``responses`` and ``attention_mask`` from ``data.batch`` and, per sample,
+    ``data_source`` (``reward_fn_key``), ``reward_model.ground_truth`` (or ``ground_truth``),
+    ``extra_info`` and ``uid`` from ``data.non_tensor_batch``. ``response_length`` is the number of
+    valid response tokens. Prompts are decoded lazily (see :class:`DecodedSample`).
+    """
+    batch = data.batch
+    prompts, responses = batch["prompts"], batch["responses"]
+    prompt_len = prompts.shape[-1]
+    mask = batch["attention_mask"]
+    response_mask = mask[:, prompt_len:]
+    if response_mask.shape != responses.shape:
+        raise ValueError(
+            f"attention_mask[:, prompt_len:] has shape {tuple(response_mask.shape)} but responses has "
+            f"{tuple(responses.shape)}"
+        )
+    decode = batch_decoder(tokenizer)
+    response_ids, response_lens = _valid_ids(responses, response_mask)
+    texts = decode(response_ids)
+    del response_ids
+    prompt_ids = _PromptIds(_valid_ids(prompts, mask[:, :prompt_len])[0], decode)
+
+    nt = data.non_tensor_batch
+    n = len(texts)
+    sources = nt.get(reward_fn_key)
+    rms = nt.get("reward_model")
+    gts = nt.get("ground_truth") if rms is None else None
+    extras = nt.get("extra_info")
+    uids = nt.get("uid")
+    samples: list[Sample] = []
+    for i in range(n):
+        ds = None if sources is None else sources[i]
+        if rms is not None:
+            rm = rms[i]
+            gt = plain(rm.get("ground_truth")) if isinstance(rm, Mapping) else None
+        else:
+            gt = None if gts is None else plain(gts[i])
+        extra = None if extras is None else extras[i]
+        uid = None if uids is None else uids[i]
+        s = DecodedSample(
+            index=i,
+            response=texts[i],
+            prompt=_LAZY,
+            data_source=None if ds is None else str(ds),
+            ground_truth=gt,
+            extra_info=plain(extra) if isinstance(extra, Mapping) else {},
+            uid=None if uid is None else str(uid),
+            response_length=response_lens[i],
+        )
+        s._prompts, s._row = prompt_ids, i
+        samples.append(s)
+    return samples, response_mask
+
+
+# -- TRL columns -------------------------------------------------------------------------------
+#: Keys of a TRL reward-function call that are not dataset columns.
+TRL_CALL_KEYS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+_SAMPLE_COLUMNS = ("ground_truth", "data_source", "extra_info", "uid", "reward_model", "response_length")
+
+
+def is_trl_columns(obj: Any) -> bool:
+    """Whether ``obj`` is TRL-style columns: a mapping with a ``completions`` list."""
+    return (
+        isinstance(obj, Mapping)
+        and "completions" in obj
+        and isinstance(obj["completions"], Sequence)
+        and not isinstance(obj["completions"], str | bytes)
+    )
+
+
+def trl_records(columns: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One record per completion of TRL-style columns.
+
+    ``completions`` are strings or chat messages (the last assistant message is the response);
+    ``prompts`` strings or chat messages; ``completion_ids`` gives ``response_length``; columns named
+    like sample fields (``ground_truth``, ``data_source``, ``reward_model``, ...) fill them, and any
+    other column with one value per completion goes into ``extra_info``.
+    """
+    from rewardkit.integrations.trl import completion_text, content_text
+
+    completions = columns["completions"]
+    n = len(completions)
+    prompts = columns.get("prompts")
+    if prompts is not None and len(prompts) != n:
+        raise SampleError(None, "prompts", f"{len(prompts)} prompts for {n} completions")
+    per_row = {
+        k: v
+        for k, v in columns.items()
+        if k not in TRL_CALL_KEYS
+        and isinstance(v, Sequence)
+        and not isinstance(v, str | bytes)
+        and len(v) == n
+    }
+    ids = columns.get("completion_ids")
+    out = []
+    for i in range(n):
+        rec: dict[str, Any] = {"response": completion_text(completions[i])}
+        if prompts is not None:
+            p = prompts[i]
+            if isinstance(p, Sequence) and not isinstance(p, str):
+                p = [
+                    {"role": m.get("role", "user"), "content": content_text(m.get("content"))}
+                    if isinstance(m, Mapping)
+                    else {"role": "user", "content": str(m)}
+                    for m in p
+                ]
+            rec["prompt"] = p
+        extra: dict[str, Any] = {}
+        for k, values in per_row.items():
+            if k in _SAMPLE_COLUMNS:
+                rec[k] = values[i]
+            else:
+                extra[k] = values[i]
+        if extra:
+            base = rec.get("extra_info")
+            rec["extra_info"] = {**extra, **base} if isinstance(base, Mapping) else extra
+        if ids is not None and i < len(ids) and ids[i] is not None and "response_length" not in rec:
+            rec["response_length"] = len(ids[i])
+        out.append(rec)
+    return out
+
+
+# -- the entry point -----------------------------------------------------------------------------
+def as_samples(batch: Any, *, tokenizer: Any = None, reward_fn_key: str = "data_source") -> list[Sample]:
+    """Samples from a verl ``DataProto`` (needs ``tokenizer``), TRL-style columns, or records."""
+    if is_dataproto(batch):
+        return dataproto_samples(batch, tokenizer, reward_fn_key=reward_fn_key)[0]
+    if is_trl_columns(batch):
+        return to_samples(trl_records(batch))
+    return to_samples(batch)
