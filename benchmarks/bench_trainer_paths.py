@@ -186,15 +186,18 @@ def engine_takes_dataproto() -> bool:
     return "tokenizer" in inspect.signature(RewardEngine.compute).parameters
 
 
+CLOCK = time.perf_counter
+
+
 def median_times(paths: dict, repeat: int) -> dict[str, float]:
-    """Median wall time of each path over ``repeat`` interleaved rounds (one warm-up round first)."""
+    """Median time of each path over ``repeat`` interleaved rounds (one warm-up round first)."""
     times: dict[str, list[float]] = {k: [] for k in paths}
     for round_ in range(repeat + 1):
         for name, fn in paths.items():
             with contextlib.redirect_stdout(io.StringIO()):
-                start = time.perf_counter()
+                start = CLOCK()
                 fn()
-                elapsed = time.perf_counter() - start
+                elapsed = CLOCK() - start
             if round_:
                 times[name].append(elapsed)
     return {k: statistics.median(v) for k, v in times.items()}
@@ -213,10 +216,19 @@ def main() -> None:
     parser.add_argument("--max-b", type=int, default=65536, help="largest B of the scaling table (0: skip)")
     parser.add_argument("--per-sample-max", type=int, default=1024, help="B cap of the run_single path")
     parser.add_argument("--executor", default="inline", help="rewardkit executor for the manager paths")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: this process's CPU time (steadier on a loaded machine; undercounts work in other processes)",
+    )
+    parser.add_argument("--gc-b", type=int, default=16384, help="B of the garbage-collection table (0: skip)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     print(
         f"python {sys.version.split()[0]}, {len(os.sched_getaffinity(0))} CPUs, "
-        f"load {os.getloadavg()[0]:.1f}, rewardkit executor {args.executor!r}"
+        f"load {os.getloadavg()[0]:.1f}, rewardkit executor {args.executor!r}, {args.clock} clock"
     )
     import rewardkit
     from rewardkit.engine import RewardEngine
@@ -322,10 +334,58 @@ def main() -> None:
                 ratio += f"  engine/verl {times['engine'] / times['verl']:.2f}x"
             print(f"  B = {b:6d}  {cells}{ratio}")
             b *= 4
+    if verl is not None and args.gc_b:
+        gc_table(to_dataproto(records[: args.gc_b], tokenizer), tokenizer, engine, args.repeat)
+    if verl is not None:
         engine.close()
     from rewardkit.integrations.verl import close_engines
 
     close_engines()
+
+
+def gc_table(data, tokenizer, engine, repeat: int) -> None:
+    """The DataProto path with rewardkit's collector pause, without it, and with the collector off."""
+    import gc
+
+    try:
+        from rewardkit import gcpause
+    except ImportError:
+        gcpause = None
+    n = len(data)
+    saved = gcpause.MIN_BATCH if gcpause else None
+
+    def run(pause: bool, collector: bool):
+        def fn():
+            if gcpause:
+                gcpause.MIN_BATCH = saved if pause else 1 << 62
+            if not collector:
+                gc.disable()
+            try:
+                engine.compute(data, tokenizer=tokenizer) if engine_takes_dataproto() else engine.compute(
+                    _records_of(data, tokenizer)
+                )
+            finally:
+                gc.enable()
+                if gcpause:
+                    gcpause.MIN_BATCH = saved
+
+        return fn
+
+    paths = {"gc on, no pause": run(False, True), "gc off (caller)": run(False, False)}
+    if gcpause:
+        paths["gc on, rewardkit's pause (default)"] = run(True, True)
+    before = gc.get_stats()[2]["collections"]
+    times = median_times(paths, repeat)
+    report(f"garbage collection, engine on a DataProto, B = {n}", times, "gc on, no pause", n)
+    print(f"  (full collections during the table: {gc.get_stats()[2]['collections'] - before})")
+
+
+def _records_of(data, tokenizer):
+    from rewardkit.integrations.verl import RewardKitRewardManager
+
+    return RewardKitRewardManager(tokenizer=tokenizer, rewardkit_config={"executor": "inline"}).records(data)[
+        0
+    ]
 
 
 def _reward_loop_worker(tokenizer, rk_cfg):

@@ -12,6 +12,7 @@ from rewardkit.batch import Sample
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor
+from rewardkit.gcpause import batch_size, paused_gc
 from rewardkit.inputs import as_samples
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
@@ -141,7 +142,10 @@ class RewardEngine:
     def compute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
         loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self.acompute(samples, tokenizer=tokenizer), loop).result()
+        with paused_gc(batch_size(samples)):  # the caller waits anyway: no full collections meanwhile
+            return asyncio.run_coroutine_threadsafe(
+                self.acompute(samples, tokenizer=tokenizer), loop
+            ).result()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:

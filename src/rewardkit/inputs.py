@@ -23,15 +23,16 @@ from typing import Any
 
 from rewardkit.batch import Sample, to_samples
 from rewardkit.errors import SampleError
+from rewardkit.gcpause import paused_gc
 
 _LAZY = object()  # "prompt not decoded yet"
 
 
 class _PromptIds:
-    """The prompt id lists of one batch, decoded together the first time any prompt is read."""
+    """The prompt ids of one batch, taken from the tensors and decoded together on the first read."""
 
-    def __init__(self, ids: list[list[int]], decode: Callable[[list[list[int]]], list[str]]):
-        self._ids: list[list[int]] | None = ids
+    def __init__(self, ids: Any, mask: Any, decode: Callable[[list[list[int]]], list[str]]):
+        self._tensors: tuple[Any, Any] | None = (ids, mask)
         self._decode = decode
         self._texts: list[str] | None = None
         self._lock = threading.Lock()
@@ -40,9 +41,9 @@ class _PromptIds:
         if self._texts is None:
             with self._lock:
                 if self._texts is None:
-                    assert self._ids is not None
-                    self._texts = self._decode(self._ids)
-                    self._ids = None
+                    assert self._tensors is not None
+                    self._texts = self._decode(_valid_ids(*self._tensors)[0])
+                    self._tensors = None
         return self._texts[i]
 
 
@@ -128,12 +129,7 @@ def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
     """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
     keep = mask != 0
     lengths = keep.sum(dim=-1).tolist()
-    flat = ids[keep].tolist()
-    rows, start = [], 0
-    for n in lengths:
-        rows.append(flat[start : start + n])
-        start += n
-    return rows, lengths
+    return [row.tolist() for row in ids[keep].split(lengths)], lengths
 
 
 # -- verl DataProto ----------------------------------------------------------------------------
@@ -152,6 +148,11 @@ def dataproto_samples(
     ``extra_info`` and ``uid`` from ``data.non_tensor_batch``. ``response_length`` is the number of
     valid response tokens. Prompts are decoded lazily (see :class:`DecodedSample`).
     """
+    with paused_gc(len(data.batch["responses"])):
+        return _dataproto_samples(data, tokenizer, reward_fn_key)
+
+
+def _dataproto_samples(data: Any, tokenizer: Any, reward_fn_key: str) -> tuple[list[Sample], Any]:
     batch = data.batch
     prompts, responses = batch["prompts"], batch["responses"]
     prompt_len = prompts.shape[-1]
@@ -166,7 +167,7 @@ def dataproto_samples(
     response_ids, response_lens = _valid_ids(responses, response_mask)
     texts = decode(response_ids)
     del response_ids
-    prompt_ids = _PromptIds(_valid_ids(prompts, mask[:, :prompt_len])[0], decode)
+    prompt_ids = _PromptIds(prompts, mask[:, :prompt_len], decode)
 
     nt = data.non_tensor_batch
     n = len(texts)

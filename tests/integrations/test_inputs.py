@@ -102,7 +102,7 @@ def test_prompts_are_decoded_lazily_and_once(tokenizer):
     source = samples[0]._prompts
     assert source._texts is None  # nothing decoded until a prompt is read
     assert samples[3].prompt == "Say hi in French"
-    assert source._texts is not None and source._ids is None  # the whole batch at once, ids dropped
+    assert source._texts is not None and source._tensors is None  # the whole batch at once, ids dropped
     assert samples[1].prompt_text == "Unicode: 数学 café?"
     samples[0].prompt = "overridden"
     assert samples[0].prompt == "overridden"
