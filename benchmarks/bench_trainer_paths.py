@@ -233,7 +233,7 @@ def main() -> None:
     import rewardkit
     from rewardkit.engine import RewardEngine
 
-    records = gsm8k_records(max(args.b, args.max_b))
+    records = gsm8k_records(max(args.b, args.max_b, args.gc_b))
     rk_cfg = {"executor": args.executor}
 
     try:
