@@ -28,8 +28,13 @@ _AT_EXIT: list[bool] = []
 
 
 def config_key(config: RewardConfig) -> str:
-    """The identity of a validated config: its full content as canonical JSON."""
-    return json.dumps(config.to_dict(), sort_keys=True, default=repr)
+    """The identity of a validated config: its full content as canonical JSON (``repr`` where a
+    value, e.g. an object in ``reward_kwargs``, has no JSON form)."""
+    data = config.model_dump(mode="python")
+    try:
+        return json.dumps(data, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys that cannot be sorted or written
+        return repr(data)
 
 
 def shared_engine(config: Any = None) -> RewardEngine:

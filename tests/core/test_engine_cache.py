@@ -130,3 +130,10 @@ def test_a_plugin_reset_gives_a_fresh_engine():
     assert not a._closed  # whoever still holds it can finish; it closes with the others
     engine_cache.close_shared_engines()
     assert a._closed and b._closed
+
+
+def test_a_config_with_objects_in_it_is_still_cached(built):
+    marker = object()
+    cfg = {"executor": "inline", "custom_reward_function": {"reward_kwargs": {"obj": marker}}}
+    assert engine_cache.shared_engine(cfg) is engine_cache.shared_engine(dict(cfg))
+    assert len(built) == 1

@@ -208,3 +208,13 @@ def test_adapters_import_neither_torch_nor_verl():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_decoded_samples_reindexed_or_subset_score_like_the_whole_batch(rk_config, tokenizer):
+    samples, _ = dataproto_samples(make_dataproto(tokenizer), tokenizer)
+    with RewardEngine(rk_config) as engine:
+        whole = engine.compute(samples)
+        last = engine.compute(samples[-2:])  # indices 3, 4 become 0, 1
+    assert last.scores[0] == whole.scores[3] and last.status == whole.status[3:]
+    again = as_samples(samples[1:2])
+    assert again[0].index == 0 and again[0].prompt == "Unicode: 数学 café?"
