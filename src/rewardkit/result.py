@@ -171,8 +171,8 @@ class RewardResult:
             rows = torch.nonzero(has).flatten()
             self.empty_response_indices = torch.nonzero(~has).flatten().tolist()
             if rows.numel():  # then the width is > 0; `last` is the index of the last nonzero entry
-                positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device)
-                last = ((mask != 0) * positions).amax(dim=-1) - 1
+                positions = torch.arange(1, mask.shape[-1] + 1, dtype=torch.int32, device=mask.device)
+                last = (torch.where(mask != 0, positions, 0).amax(dim=-1) - 1).long()
                 values = torch.tensor(scores, dtype=torch.float32, device=mask.device)
                 out[rows, last[rows]] = values[rows]
             return out
