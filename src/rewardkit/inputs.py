@@ -81,17 +81,27 @@ class DecodedSample(Sample):
         )
 
 
+_PRIMITIVE = (str, int, float, bool, type(None))
+
+
 def plain(value: Any) -> Any:
     """numpy scalars/arrays and nested mappings as plain Python data (lists, dicts, floats)."""
-    if isinstance(value, str | int | float | bool) or value is None:
+    cls = type(value)
+    if cls in _PRIMITIVE:
         return value
-    mod = type(value).__module__.split(".")[0]
+    if cls is dict:
+        if all(type(v) in _PRIMITIVE and type(k) is str for k, v in value.items()):
+            return dict(value)
+        return {str(k): plain(v) for k, v in value.items()}
+    mod = cls.__module__.split(".")[0]
     if mod == "numpy":
         return value.tolist() if hasattr(value, "tolist") else value
     if mod == "omegaconf":
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, str | int | float | bool):
+        return value
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -171,34 +181,45 @@ def _dataproto_samples(data: Any, tokenizer: Any, reward_fn_key: str) -> tuple[l
 
     nt = data.non_tensor_batch
     n = len(texts)
-    sources = nt.get(reward_fn_key)
+    none = [None] * n
+    sources = _column(nt.get(reward_fn_key), none)
     rms = nt.get("reward_model")
-    gts = nt.get("ground_truth") if rms is None else None
-    extras = nt.get("extra_info")
-    uids = nt.get("uid")
+    gts = _column(nt.get("ground_truth") if rms is None else None, none)
+    rms = _column(rms, none)
+    extras = _column(nt.get("extra_info"), none)
+    uids = _column(nt.get("uid"), none)
     samples: list[Sample] = []
+    append = samples.append
+    new = object.__new__
     for i in range(n):
-        ds = None if sources is None else sources[i]
-        if rms is not None:
-            rm = rms[i]
-            gt = plain(rm.get("ground_truth")) if isinstance(rm, Mapping) else None
+        ds, rm, extra, uid = sources[i], rms[i], extras[i], uids[i]
+        if rm is not None:
+            gt = plain(rm.get("ground_truth")) if isinstance(rm, dict | Mapping) else None
         else:
-            gt = None if gts is None else plain(gts[i])
-        extra = None if extras is None else extras[i]
-        uid = None if uids is None else uids[i]
-        s = DecodedSample(
-            index=i,
-            response=texts[i],
-            prompt=_LAZY,
-            data_source=None if ds is None else str(ds),
-            ground_truth=gt,
-            extra_info=plain(extra) if isinstance(extra, Mapping) else {},
-            uid=None if uid is None else str(uid),
-            response_length=response_lens[i],
-        )
-        s._prompts, s._row = prompt_ids, i
-        samples.append(s)
+            gt = plain(gts[i])
+        s = new(DecodedSample)
+        # The fields of Sample, set directly (this loop runs once per sample of every batch).
+        s.__dict__ = {
+            "index": i,
+            "response": texts[i],
+            "_prompt": _LAZY,
+            "data_source": None if ds is None else ds if type(ds) is str else str(ds),
+            "ground_truth": gt,
+            "extra_info": plain(extra) if isinstance(extra, dict | Mapping) else {},
+            "uid": None if uid is None else uid if type(uid) is str else str(uid),
+            "response_length": response_lens[i],
+            "_prompts": prompt_ids,
+            "_row": i,
+        }
+        append(s)
     return samples, response_mask
+
+
+def _column(values: Any, default: list[None]) -> list[Any]:
+    """A non-tensor column (numpy object array, list) as a Python list; ``default`` when absent."""
+    if values is None:
+        return default
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 # -- TRL columns -------------------------------------------------------------------------------
