@@ -354,8 +354,11 @@ def gc_table(data, tokenizer, engine, repeat: int) -> None:
     n = len(data)
     saved = gcpause.MIN_BATCH if gcpause else None
 
+    full: dict[tuple[bool, bool], int] = {}
+
     def run(pause: bool, collector: bool):
         def fn():
+            before = gc.get_stats()[2]["collections"]
             if gcpause:
                 gcpause.MIN_BATCH = saved if pause else 1 << 62
             if not collector:
@@ -366,18 +369,25 @@ def gc_table(data, tokenizer, engine, repeat: int) -> None:
                 )
             finally:
                 gc.enable()
+                # A pause defers collections: the next allocations may run one, so count it here.
+                _ = [[] for _ in range(20_000)]
                 if gcpause:
                     gcpause.MIN_BATCH = saved
+                key = (pause, collector)
+                full[key] = full.get(key, 0) + gc.get_stats()[2]["collections"] - before
 
         return fn
 
     paths = {"gc on, no pause": run(False, True), "gc off (caller)": run(False, False)}
     if gcpause:
         paths["gc on, rewardkit's pause (default)"] = run(True, True)
-    before = gc.get_stats()[2]["collections"]
     times = median_times(paths, repeat)
     report(f"garbage collection, engine on a DataProto, B = {n}", times, "gc on, no pause", n)
-    print(f"  (full collections during the table: {gc.get_stats()[2]['collections'] - before})")
+    counts = ", ".join(
+        f"{k}: {full.get(key, 0)}"
+        for k, key in zip(paths, [(False, True), (False, False), (True, True)], strict=False)
+    )
+    print(f"  full collections in {repeat + 1} calls each: {counts}")
 
 
 def _records_of(data, tokenizer):
