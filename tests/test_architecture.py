@@ -28,6 +28,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rewardkit.hookspecs",
             "rewardkit.registry",
             "rewardkit.plugins",
+            "rewardkit.inputs",
+            "rewardkit.gcpause",
         ),
     ),
     ("runtime", ("rewardkit.runtime",)),
@@ -36,7 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("managers", ("rewardkit.managers",)),
     # launched reward-model servers, pointed at by the backends
     ("serving", ("rewardkit.serving",)),
-    ("engine", ("rewardkit.engine",)),
+    ("engine", ("rewardkit.engine", "rewardkit.engine_cache")),
     (
         "apps",
         (
