@@ -1,6 +1,10 @@
-"""The supervisor of the process executor: sends chunks to worker processes, reads their results,
-and kills and replaces workers past a deadline or dead, failing only the samples they held.
+"""The supervisor of the process executor: one dispatcher thread that shares the worker pool among
+every job in flight, sends chunks to worker processes, reads their results, and kills and replaces
+workers past a deadline or dead, failing only the samples they held.
 
+Concurrent calls (a server's requests, a trainer's per-sample calls) each get a job, or join a
+coalesced one (:mod:`rewardkit.executors.process_job`); idle workers take the next chunk of the
+jobs in turn (round robin), so a slow or hanging batch holds at most its share of the pool.
 :class:`Supervisor` is the parent side of :mod:`rewardkit.executors.process_worker`;
 :class:`~rewardkit.executors.process.ProcessExecutor` builds on it.
 """
@@ -14,13 +18,12 @@ import pickle
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_ready
 from typing import TYPE_CHECKING, Any
 
-from rewardkit.batch import Sample
+from rewardkit.executors import process_tree
+from rewardkit.executors.process_job import _Caller, _Chunk, _Job, _Worker
 from rewardkit.executors.process_worker import (
     _BEAT,
     _CHUNK,
@@ -37,64 +40,17 @@ from rewardkit.result import SampleResult
 
 if TYPE_CHECKING:
     from rewardkit.config import RewardConfig
-    from rewardkit.scoring import ScorerSpec
 
 _STARTUP_S = 60.0  # a worker that has not picked up its first chunk by then is replaced
 _ASYNC_GRACE = 0.5  # async tasks time out inside the worker; the parent kills only a blocked event loop
-
-
-@dataclass
-class _Chunk:
-    kind: str  # "sync" | "async" | "batch"
-    tasks: list[int]  # indices into the job
-    isolated: bool = False  # re-sent alone to find out which task hangs or crashes
-
-
-@dataclass
-class _Worker:
-    process: Any
-    conn: Any
-    state: Any
-    chunk: _Chunk | None = None
-    chunk_id: int = -1
-    sent_at: float = 0.0
-    left: int = 0
-    received: bool = False  # has it ever taken a chunk (tells a start failure from a crash)
-
-
-class _Job:
-    """The state of one batch in the supervisor."""
-
-    def __init__(self, items: list[tuple[ScorerSpec, Sample]], limit_s: float | None):
-        self.items = items
-        self.results: list[SampleResult | None] = [None] * len(items)
-        self.attempts = [0] * len(items)
-        self.queue: deque[_Chunk] = deque()
-        self.unresolved = len(items)
-        self.fallback: list[int] = []  # tasks a worker could not load: run in this process
-        self._fallback: set[int] = set()
-        self.fallback_errors: dict[str, str] = {}
-        self.limit_s = limit_s  # per-task deadline (per-call for batch chunks)
-        self.cancel = threading.Event()
-
-    def resolve(self, i: int, result: SampleResult) -> bool:
-        if self.results[i] is not None or i in self._fallback:
-            return False
-        self.results[i] = result
-        self.unresolved -= 1
-        return True
-
-    def open(self, tasks: Sequence[int]) -> list[int]:
-        return [i for i in tasks if self.results[i] is None and i not in self._fallback]
-
-    def fall_back(self, i: int) -> None:
-        if i not in self._fallback:
-            self._fallback.add(i)
-            self.fallback.append(i)
+_MERGE_MAX = 4096  # most tasks of coalesced small calls in one job
+_WINDOW_S = 0.002  # in a burst of small calls, a coalesced job waits this long for more to join...
+_BURST_S = 0.01  # ... a burst: small calls less than this apart
+_WINDOW_FULL = 256  # ... unless it has this many tasks already
 
 
 class Supervisor:
-    """The supervision loop over a pool of worker processes (the parent side); mixed into
+    """The dispatcher over a pool of worker processes (the parent side); mixed into
     :class:`~rewardkit.executors.process.ProcessExecutor`, which holds the pool's state."""
 
     config: RewardConfig
@@ -104,78 +60,184 @@ class Supervisor:
     chunk_size: int | None
     stats: dict[str, int]
     _workers: list[_Worker]
-    _task_s: float | None
+    _uid: str
 
-    async def _supervise_async(self, job: _Job, batch_limit: bool = True) -> list[SampleResult | None]:
-        # A daemon thread of our own, not asyncio.to_thread: the interpreter joins the default
-        # executor's threads at exit, which would wait for a hung batch before our atexit hook runs.
+    def _init_dispatcher(self) -> None:
+        self._cv = threading.Lock()  # guards the inbox and the dispatcher thread's handle
+        self._inbox: list[_Caller] = []
+        self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = -1
+        self._jobs: list[_Job] = []  # in round-robin order: the next chunk goes to the first with work
+        self._open: _Job | None = None  # the coalesced job small calls still join
+        self._last_small = -math.inf  # when the last small call arrived
+        self._shutdown = threading.Event()
+        self._worker_n = 0
+
+    # -- submitting --------------------------------------------------------------------------------
+    async def _submit_async(self, caller_kw: dict[str, Any]) -> tuple[_Job, _Caller]:
+        """Hand one call's tasks to the dispatcher; wait until they are settled (results or fallback)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
 
-        def settle(value: Any, error: BaseException | None) -> None:
-            if fut.done():
-                return
-            if error is not None:
-                fut.set_exception(error)
-            else:
+        def settle(value: Any) -> None:
+            if not fut.done():
                 fut.set_result(value)
 
-        def target() -> None:
-            value, error = None, None
-            try:
-                value = self._supervise(job, batch_limit)
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-                error = e
-            try:
-                loop.call_soon_threadsafe(settle, value, error)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
+        def notify(job: _Job, caller: _Caller) -> None:  # on the dispatcher thread
+            loop.call_soon_threadsafe(settle, (job, caller))
 
-        threading.Thread(target=target, name="rewardkit-supervisor", daemon=True).start()
+        caller = _Caller(notify=notify, **caller_kw)
+        self._submit(caller)
         try:
             return await fut
         except asyncio.CancelledError:
-            job.cancel.set()
+            caller.cancelled = True
+            self._poke()
             raise
 
-    def _supervise(self, job: _Job, batch_limit: bool) -> list[SampleResult | None]:
-        with self._lock:
+    def _submit(self, caller: _Caller) -> None:
+        with self._cv:
+            self._inbox.append(caller)
+            if self._thread is None:
+                self._wake_r, self._wake_w = os.pipe()
+                os.set_blocking(self._wake_r, False)
+                os.set_blocking(self._wake_w, False)
+                # A daemon thread of our own, not asyncio.to_thread: the interpreter joins the default
+                # executor's threads at exit, which would wait for a hung batch before our atexit hook.
+                self._thread = threading.Thread(target=self._serve, name="rewardkit-dispatcher", daemon=True)
+                self._thread.start()
+            else:
+                self._poke_locked()
+
+    def _poke(self) -> None:
+        with self._cv:
+            self._poke_locked()
+
+    def _poke_locked(self) -> None:
+        if self._thread is not None:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # full: it is awake anyway
+                pass
+
+    def _take_inbox(self) -> None:
+        with self._cv:
+            callers, self._inbox = self._inbox, []
+        for c in callers:
             self._start_failures = 0
-            bt = self.config.batch_timeout_s if batch_limit else None
-            deadline = time.monotonic() + bt if bt else None
-            while job.unresolved > len(job.fallback):
-                now = time.monotonic()
-                if job.cancel.is_set() or self._shutdown.is_set():
-                    why = "the executor was closed" if self._shutdown.is_set() else "the batch was cancelled"
-                    self._abandon(job, "error", why)
-                    break
-                if deadline is not None and now >= deadline:
-                    self._abandon(job, "timeout", f"the batch passed its {bt}s deadline (batch_timeout_s)")
-                    break
-                self._dispatch(job)
-                busy = [w for w in self._workers if w.chunk is not None]
-                if not busy:
-                    if job.queue:  # no worker could be started
-                        self._abandon(
-                            job,
-                            "crash",
-                            "worker processes cannot start (a main script must guard its entry point "
-                            "with `if __name__ == '__main__':`, since workers import it)",
-                        )
-                    break
-                wake = min(0.5, *(self._time_left(job, w, now) for w in busy))
-                if deadline is not None:
-                    wake = min(wake, deadline - now)
-                handles = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
-                for h in wait_ready(list(handles), max(0.0, wake)):
-                    w = handles[h]
-                    if w.chunk is not None:
-                        self._service(job, w)
-                now = time.monotonic()
-                for w in busy:
-                    if w.chunk is not None and self._time_left(job, w, now) <= 0:
-                        self._on_timeout(job, w, now)
-        return job.results
+            if c.kind == "batch":
+                job = _Job(c.limit_s)
+                job.queue.append(_Chunk("batch", list(job.add(c))))
+                self._jobs.append(job)
+                continue
+            job = self._open if c.coalesce else None
+            if job is None or job.sealed or job.limit_s != c.limit_s or len(job.items) >= _MERGE_MAX:
+                job = _Job(c.limit_s, coalesced=c.coalesce)
+                self._jobs.append(job)
+                if c.coalesce:
+                    self._open = job
+                    now = time.monotonic()
+                    if now - self._last_small < _BURST_S:  # more are coming: let them join
+                        job.hold_until = now + _WINDOW_S
+            if c.coalesce:
+                self._last_small = time.monotonic()
+            self._plan(job, list(job.add(c)))
+            if len(job.items) >= _WINDOW_FULL:
+                job.hold_until = 0.0
+
+    # -- the dispatcher ----------------------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while True:
+                self._take_inbox()
+                self._jobs = [j for j in self._jobs if not j.finished]
+                if not self._jobs:
+                    with self._cv:
+                        if not self._inbox:
+                            os.close(self._wake_r)
+                            os.close(self._wake_w)
+                            self._thread, self._open = None, None
+                            return
+                    continue
+                self._step()
+        except BaseException as e:  # a bug here must not leave callers waiting forever
+            with self._cv:
+                callers, self._inbox = self._inbox, []
+            for c in callers:
+                self._take_inbox_failed(c)
+            for job in self._jobs:
+                self._abandon(job, None, "error", f"internal error in the process executor: {e!r}")
+            self._jobs = []
+            with self._cv:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._thread, self._open = None, None
+            raise
+
+    def _take_inbox_failed(self, c: _Caller) -> None:
+        job = _Job(c.limit_s)
+        job.add(c)
+        self._jobs.append(job)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        for job in self._jobs:
+            if self._shutdown.is_set():
+                self._abandon(job, None, "error", "the executor was closed")
+                continue
+            for c in job.callers:
+                if c.done:
+                    continue
+                if c.cancelled:
+                    self._abandon(job, c, "error", "the batch was cancelled")
+                elif c.deadline is not None and now >= c.deadline:
+                    why = f"the batch passed its {c.batch_timeout_s}s deadline (batch_timeout_s)"
+                    self._abandon(job, c, "timeout", why)
+        self._jobs = [j for j in self._jobs if not j.finished]
+        if not self._jobs:
+            return
+        self._dispatch(now)
+        busy = [w for w in self._workers if w.chunk is not None]
+        held = [j.hold_until - now for j in self._jobs if j.queue and j.hold_until > now]
+        if not busy and held:
+            if wait_ready([self._wake_r], min(held)):
+                self._read_wake()
+            return
+        if not busy:
+            if any(j.queue for j in self._jobs):
+                why = (
+                    "worker processes cannot start (a main script must guard its entry point "
+                    "with `if __name__ == '__main__':`, since workers import it)"
+                )
+            else:
+                why = "internal error in the process executor: tasks were neither queued nor running"
+            for job in self._jobs:
+                self._abandon(job, None, "crash" if job.queue else "error", why)
+            return
+        wake = min(0.5, *held, *(self._time_left(w.job, w, now) for w in busy))
+        for job in self._jobs:
+            for c in job.callers:
+                if not c.done and c.deadline is not None:
+                    wake = min(wake, c.deadline - now)
+        handles: dict[Any, _Worker | None] = {w.conn: w for w in busy}
+        handles.update({w.process.sentinel: w for w in busy})
+        handles[self._wake_r] = None
+        for h in wait_ready(list(handles), max(0.0, wake)):
+            w = handles[h]
+            if w is None:
+                self._read_wake()
+            elif w.chunk is not None and w.job is not None:
+                self._service(w.job, w)
+        now = time.monotonic()
+        for w in busy:
+            if w.chunk is not None and w.job is not None and self._time_left(w.job, w, now) <= 0:
+                self._on_timeout(w.job, w, now)
+
+    def _read_wake(self) -> None:
+        try:
+            os.read(self._wake_r, 4096)
+        except OSError:
+            pass
 
     def _limit(self, job: _Job, w: _Worker) -> float | None:
         if job.limit_s is None:
@@ -194,9 +256,13 @@ class Supervisor:
 
     def _start_worker(self) -> _Worker | None:
         if self.start_method == "forkserver" and not self._workers:
-            _prepare_fork_server(self._ctx)
+            _prepare_fork_server(self._ctx, self._preload())
         parent, child = self._ctx.Pipe(duplex=True)
         state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0])
+        self._worker_n += 1
+        token = f"{self._uid}:{self._worker_n}"
+        environ = {k: v for k, v in os.environ.items() if k != _MAIN_ENV}
+        environ[process_tree.TOKEN_ENV] = token
         proc = self._ctx.Process(
             target=_worker_main,
             args=(
@@ -207,7 +273,7 @@ class Supervisor:
                 self._per_worker_concurrency(),
                 self.memory_limit_mb,
                 self.start_method,
-                {k: v for k, v in os.environ.items() if k != _MAIN_ENV},
+                environ,
             ),
             name="rewardkit-worker",
             daemon=True,
@@ -222,14 +288,17 @@ class Supervisor:
             os.environ.pop(_MAIN_ENV, None)  # the fork server has it now
         child.close()
         self.stats["started"] += 1
-        w = _Worker(proc, parent, state)
+        w = _Worker(proc, parent, state, token)
         self._workers.append(w)
         return w
 
-    def _dispatch(self, job: _Job) -> None:
+    def _dispatch(self, now: float) -> None:
         for dead in [w for w in self._workers if w.chunk is None and not w.process.is_alive()]:
             self._reap(dead)  # died while idle (e.g. killed from outside): nothing to blame
-        while job.queue:
+        while True:
+            job = next((j for j in self._jobs if j.queue and j.hold_until <= now), None)
+            if job is None:
+                return
             w = next((w for w in self._workers if w.chunk is None), None)
             if w is None:
                 if len(self._workers) >= self.num_workers or self._start_failures >= 3:
@@ -239,6 +308,8 @@ class Supervisor:
                     self._start_failures += 1
                     continue
             chunk = job.queue.popleft()
+            self._jobs.remove(job)  # its turn is used: the other jobs go first next time
+            self._jobs.append(job)
             chunk.tasks = job.open(chunk.tasks)
             if not chunk.tasks:
                 continue
@@ -251,13 +322,15 @@ class Supervisor:
             if payload is None:
                 continue
             w.chunk_id = next(self._ids)
+            job.sealed = True
             try:
                 w.conn.send((chunk.kind, w.chunk_id, payload))
             except (OSError, ValueError):  # it died while idle
                 job.queue.appendleft(chunk)
                 self._reap(w)
                 continue
-            w.chunk, w.sent_at, w.left = chunk, time.monotonic(), len(chunk.tasks)
+            w.job, w.chunk, w.sent_at, w.left = job, chunk, time.monotonic(), len(chunk.tasks)
+            self.stats["chunks"] += 1
 
     def _payload(self, job: _Job, chunk: _Chunk) -> bytes | None:
         if chunk.kind == "batch":
@@ -326,9 +399,9 @@ class Supervisor:
             return  # a late message for a chunk already handled
         if kind == "load_error":
             for i in job.open(chunk.tasks):
+                job.fallback_errors.setdefault(job.items[i][0].name, body)  # before its caller wakes
                 job.fall_back(i)
-                job.fallback_errors.setdefault(job.items[i][0].name, body)
-            w.chunk = None
+            w.chunk, w.job = None, None
             w.received = True
             return
         w.received = True
@@ -336,14 +409,24 @@ class Supervisor:
             if job.resolve(chunk.tasks[pos], result):
                 w.left -= 1
         if busy is not None:  # CPU seconds per task of a finished sync chunk: sizes the next chunks
-            self._task_s = busy if self._task_s is None else 0.7 * self._task_s + 0.3 * busy
+            name = job.items[chunk.tasks[0]][0].name
+            old = self._cost.get(name)
+            self._cost[name] = busy if old is None else 0.7 * old + 0.3 * busy
         if w.left <= 0 or not job.open(chunk.tasks):
-            w.chunk = None
+            w.chunk, w.job = None, None
             self._start_failures = 0
 
     # -- failures ----------------------------------------------------------------------------------
     def _kill(self, w: _Worker) -> None:
+        """SIGKILL a worker and everything its scorers started, detached (new session, double fork) or not."""
         pid = w.process.pid
+        if pid is not None and w.process.exitcode is None:
+            try:
+                os.kill(pid, signal.SIGSTOP)  # frozen, it cannot start more while its tree is walked
+            except OSError:
+                pass
+        process_tree.kill_tree([pid] if pid else [], tokens=[w.token] if w.token else [])
+        w.token = ""  # found and killed: _reap need not look again
         try:
             if pid is not None and os.getpgid(pid) == pid:  # the worker leads its own group
                 os.killpg(pid, signal.SIGKILL)
@@ -356,11 +439,13 @@ class Supervisor:
         w.process.join(timeout=5)
 
     def _reap(self, w: _Worker) -> None:
-        w.chunk = None
+        w.chunk, w.job = None, None
         if w.process.is_alive():
             self._kill(w)
         else:
             w.process.join(timeout=1)
+            if w.token:  # it died: what it started and re-parented to init carries its token
+                process_tree.kill_tree([], tokens=[w.token])
         try:
             w.conn.close()
         except Exception:  # noqa: BLE001
@@ -459,19 +544,33 @@ class Supervisor:
         isolated = current == _SEVERAL and chunk.kind != "batch"
         self._requeue(job, retry, chunk.kind, isolated)
 
-    def _abandon(self, job: _Job, reason: str, message: str) -> None:
-        for w in [w for w in self._workers if w.chunk is not None]:
+    def _abandon(self, job: _Job, caller: _Caller | None, reason: str, message: str) -> None:
+        """Fail the unfinished tasks of ``caller`` (of every caller of ``job`` if None) with ``reason``,
+        killing the workers that hold them; other callers' tasks those workers held are re-queued."""
+        mine = range(len(job.items)) if caller is None else range(caller.lo, caller.hi)
+        for w in [w for w in self._workers if w.job is job and w.chunk is not None]:
+            if not any(i in mine for i in job.open(w.chunk.tasks)):
+                continue
+            chunk = w.chunk
             self._drain(job, w)
             self._kill(w)
             self.stats["killed"] += 1
             self._reap(w)
-        job.queue.clear()
-        for i in range(len(job.items)):
+            others = [i for i in job.open(chunk.tasks) if i not in mine]
+            if others:
+                job.queue.appendleft(_Chunk(chunk.kind, others, chunk.isolated))
+        if caller is None:
+            job.queue.clear()
+        for i in mine:
             if job.results[i] is None:
                 job.resolve(i, SampleResult.failed(reason, message))
 
     def _stop_workers(self) -> None:
         workers, self._workers = self._workers, []
+        # What scorers started and left running (children, new sessions, double-forked daemons) goes
+        # first, while the workers, subreapers of their trees, still hold it.
+        roots = [w.process.pid for w in workers if w.process.pid is not None]
+        process_tree.kill_tree(roots, prefixes=[f"{self._uid}:"])
         for w in workers:
             if w.chunk is None:
                 try:

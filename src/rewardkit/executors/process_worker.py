@@ -15,9 +15,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.batch import Sample
+from rewardkit.executors.process_tree import become_subreaper, kill_tree
 from rewardkit.result import SampleResult
 from rewardkit.runtime.worker import mark_worker
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
@@ -100,14 +102,19 @@ class _WorkerLoop:
         self.concurrency = concurrency
         self.loop: asyncio.AbstractEventLoop | None = None
         self.retire = False
+        self._out: list[tuple[int, SampleResult]] | None = None  # finished, unsent results of a sync chunk
+        self._out_chunk = -1
+        self._out_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
 
     def serve(self) -> None:
         while True:
             try:
                 kind, chunk_id, payload = self.conn.recv()
             except (EOFError, OSError):
-                return
+                kind = "stop"
             if kind == "stop":
+                kill_tree([os.getpid()])  # what its scorers started and left running ends with it
                 return
             self.state[_CURRENT] = _IDLE
             self.state[_CHUNK] = chunk_id
@@ -140,21 +147,43 @@ class _WorkerLoop:
         self.state[_BEAT] = time.monotonic()
 
     def run_sync(self, chunk_id: int, items: list) -> None:
-        out: list[tuple[int, SampleResult]] = []
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_stalled, name="rewardkit-flush", daemon=True)
+            self._flusher.start()
+        out = self._out = []
+        self._out_chunk = chunk_id
         last = time.monotonic()
         cpu = time.process_time()  # CPU, not wall: the cost of a task, however busy the machine is
         for i, (spec, sample) in enumerate(items):
             now = time.monotonic()
             if out and now - last > _FLUSH_S:
-                self.send(("results", chunk_id, out, None))
-                out, last = [], now
+                with self._out_lock:
+                    if out:
+                        self.send(("results", chunk_id, out[:], None))
+                        out.clear()
+                last = now
             self.beat(i)
             try:
                 r = invoke(spec, sample, self.max_input_chars)
             except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt/CancelledError from a scorer
                 r = error_result(e)
-            out.append((i, r))
-        self.send(("results", chunk_id, out, (time.process_time() - cpu) / max(1, len(items))))
+            with self._out_lock:
+                out.append((i, r))
+        with self._out_lock:
+            self.send(("results", chunk_id, out[:], (time.process_time() - cpu) / max(1, len(items))))
+            out.clear()
+            self._out = None
+
+    def _flush_stalled(self) -> None:
+        """Send finished results while a slow task runs: a kill at its deadline must not lose them."""
+        while True:
+            time.sleep(_FLUSH_S)
+            if self._out and time.monotonic() - self.state[_BEAT] > _FLUSH_S:
+                with self._out_lock:
+                    out = self._out
+                    if out:
+                        self.send(("results", self._out_chunk, out[:], None))
+                        out.clear()
 
     async def run_async(self, chunk_id: int, items: list) -> None:
         from rewardkit.runtime.deadlines import LeftRunning, wait_for_unqueued
@@ -237,6 +266,7 @@ def _worker_main(
         os.setsid()  # its own process group, so that a kill also reaches what a scorer started
     except OSError:
         pass
+    become_subreaper()  # what its scorers orphan (daemons, double forks) stays in its tree, to be killed
     _die_with_parent(start_method)
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
@@ -271,8 +301,9 @@ def _slim(sample: Sample, keep: tuple[str, ...]) -> Sample:
 _MAIN_ENV = "REWARDKIT_PARENT_MAIN"
 
 
-def _prepare_fork_server(ctx) -> None:
-    """Before the fork server starts: preload this module, not ``__main__``, and name the parent's main."""
+def _prepare_fork_server(ctx, preload: Sequence[str] = ()) -> None:
+    """Before the fork server starts: preload this module (and ``preload``: built-in scorer modules, so
+    that every worker forks warm), not ``__main__``, and name the parent's main."""
     from multiprocessing import process
 
     main = sys.modules.get("__main__")
@@ -284,7 +315,7 @@ def _prepare_fork_server(ctx) -> None:
         if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:
             path = os.path.join(process.ORIGINAL_DIR, path)
         os.environ[_MAIN_ENV] = f"path:{os.path.normpath(path)}"
-    ctx.set_forkserver_preload(["rewardkit.executors.process"])
+    ctx.set_forkserver_preload(["rewardkit.executors.process", *preload])
 
 
 def _adopt_parent_main() -> None:
