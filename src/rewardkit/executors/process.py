@@ -53,7 +53,7 @@ __all__ = ["ProcessExecutor", "in_worker"]
 
 _FIRST_CHUNK = 64  # most tasks per chunk before the cost of a task is known
 _MAX_CHUNK = 1024
-_CHUNK_S = 0.02  # once it is known, chunks hold about this much work: few round trips, fair shares
+_CHUNK_S = 0.05  # once it is known, chunks hold about this much work: few round trips, fair shares
 _MIN_CHUNK_S = 0.005  # ... and are not cut finer than this to spread a batch: a round trip costs ~0.1 ms
 _WARM = {"rewardkit.scorers.math_boxed": ("math_verify",)}  # imported lazily by these scorers
 _COALESCE = 16  # calls of at most this many tasks may share a job (and chunks) with concurrent ones
