@@ -42,11 +42,22 @@ import json, sys, time
 from rewardkit.scorers.math_boxed import compute_score
 rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
 compute_score("\\\\boxed{1}", "1")  # imports math-verify: not timed (a warm worker has it too)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 for r in rows:
     compute_score(r["response"], r["ground_truth"])
-print(time.perf_counter() - start)
+print(time.perf_counter() - start, time.process_time() - cpu)
 """
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def _rows(path: Path) -> list[dict]:
@@ -73,18 +84,22 @@ def bench_math(workers: int, repeat: int) -> None:
         ScoreTask(spec, Sample(i, r["response"], ground_truth=r["ground_truth"])) for i, r in enumerate(rows)
     ]
     warm = [ScoreTask(spec, Sample(i, f"\\boxed{{{i}}}", ground_truth=str(i))) for i in range(4 * workers)]
-    bare, pooled = [], []
+    bare, pooled, bare_cpu, pool_cpu = [], [], [], []
     for _ in range(repeat):
         out = subprocess.run(
             [sys.executable, "-c", BARE_LOOP, str(MATH)], capture_output=True, text=True, check=True
         )
-        bare.append(float(out.stdout.strip()))
+        wall, cpu = map(float, out.stdout.split())
+        bare.append(wall)
+        bare_cpu.append(cpu)
         ex = ProcessExecutor(RewardConfig(num_workers=workers, timeout_s=30.0))  # fresh workers: cold caches
         try:
             asyncio.run(ex.run(warm))  # starts the pool and imports math-verify in every worker
-            start = time.perf_counter()
+            pids = ex.pids
+            before, start = _cpu_s(pids), time.perf_counter()
             results = asyncio.run(ex.run(tasks))
             pooled.append(time.perf_counter() - start)
+            pool_cpu.append(_cpu_s(pids) - before)
         finally:
             ex.close()
         assert len(results) == len(tasks) and all(r.status == "ok" for r in results), "a sample failed"
@@ -93,6 +108,10 @@ def bench_math(workers: int, repeat: int) -> None:
     print(f"  bare one-process loop        {b * 1e3:8.0f} ms  {b / len(rows) * 1e6:7.0f} us/sample")
     print(f"  process executor, {workers} workers {p * 1e3:8.0f} ms  {p / len(rows) * 1e6:7.0f} us/sample")
     print(f"  speed-up (bare / process)    {b / p:8.2f}x   (best of {repeat})")
+    print(
+        f"  CPU seconds: bare loop {min(bare_cpu):.2f}, all workers {min(pool_cpu):.2f} "
+        "(load-independent: what the pool adds on top of the scoring)"
+    )
 
 
 def _gsm8k_records(n: int) -> list[dict]:

@@ -84,6 +84,11 @@ SCORERS = textwrap.dedent(
         return 1.0
 
 
+    def sleepy_where(response, extra_info):
+        time.sleep(extra_info["sleep"])
+        return {"score": 1.0, "pid": os.getpid()}
+
+
     _ONE_SLOT = None
 
 

@@ -90,3 +90,17 @@ def test_concurrent_one_sample_calls_are_coalesced_into_few_chunks(executor, spe
         runner.join(5)
     assert [r[0].score for r in out] == [float(k % 2) for k in range(n)]  # each caller gets its own
     assert ex.stats["chunks"] - before < n / 4, ex.stats
+
+
+async def test_tasks_behind_a_slow_one_move_to_a_free_worker(executor, spec, task):
+    """One expensive sample must not hold up the rest of its chunk while another worker is idle."""
+    ex = executor(num_workers=2, timeout_s=30.0)
+    ex.chunk_size = 20  # all of it in one chunk
+    slow = spec("sleepy_where")
+    await ex.run([task(slow, i, sleep=0.0) for i in range(2)])  # both workers up
+    tasks = [task(slow, 0, sleep=1.5)] + [task(slow, i, sleep=0.01) for i in range(1, 20)]
+    results = await ex.run(tasks)
+    assert [r.status for r in results] == ["ok"] * 20
+    slow_pid = results[0].extra["pid"]
+    moved = [r.extra["pid"] for r in results[2:]]
+    assert moved and all(p != slow_pid for p in moved), results  # scored by the free worker

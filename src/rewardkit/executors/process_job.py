@@ -27,6 +27,7 @@ class _Chunk:
     kind: str  # "sync" | "async" | "batch"
     tasks: list[int]  # indices into the job
     isolated: bool = False  # re-sent alone to find out which task hangs or crashes
+    stolen: bool = False  # the tasks behind its slow one were re-queued for a free worker
 
 
 @dataclass

@@ -26,8 +26,11 @@ from rewardkit.executors.process_job import _Caller, _Chunk, _Job, _Worker
 from rewardkit.executors.process_worker import (
     _BEAT,
     _CHUNK,
+    _CURRENT,
     _IDLE,
+    _LIMIT,
     _MAIN_ENV,
+    _NO_LIMIT,
     _fields_read,
     _prepare_fork_server,
     _slim,
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 
 _STARTUP_S = 60.0  # a worker that has not picked up its first chunk by then is replaced
 _ASYNC_GRACE = 0.5  # async tasks time out inside the worker; the parent kills only a blocked event loop
+_STEAL_S = 0.05  # a task running this long while a worker is free: the rest of its chunk moves
 _MERGE_MAX = 4096  # most tasks of coalesced small calls in one job
 _WINDOW_S = 0.002  # in a burst of small calls, a coalesced job waits this long for more to join...
 _BURST_S = 0.01  # ... a burst: small calls less than this apart
@@ -212,6 +216,8 @@ class Supervisor(Failures):
                 self._abandon(job, None, "crash" if job.queue else "error", why)
             return
         wake = min(0.5, *held, *(self._time_left(w.job, w, now) for w in busy))
+        if len(busy) < self.num_workers:  # a worker is free: look again soon for tasks to steal
+            wake = min(wake, _STEAL_S)
         for job in self._jobs:
             for c in job.callers:
                 if not c.done and c.deadline is not None:
@@ -255,7 +261,7 @@ class Supervisor(Failures):
         if self.start_method == "forkserver" and not self._workers:
             _prepare_fork_server(self._ctx, self._preload())
         parent, child = self._ctx.Pipe(duplex=True)
-        state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0])
+        state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0, _NO_LIMIT])
         self._worker_n += 1
         token = f"{self._uid}:{self._worker_n}"
         environ = {k: v for k, v in os.environ.items() if k != _MAIN_ENV}
@@ -294,8 +300,10 @@ class Supervisor(Failures):
             self._reap(dead)  # died while idle (e.g. killed from outside): nothing to blame
         while True:
             job = next((j for j in self._jobs if j.queue and j.hold_until <= now), None)
-            if job is None:
+            if job is None and not self._steal(now):
                 return
+            if job is None:
+                continue
             w = next((w for w in self._workers if w.chunk is None), None)
             if w is None:
                 if len(self._workers) >= self.num_workers or self._start_failures >= 3:
@@ -319,6 +327,7 @@ class Supervisor(Failures):
             if payload is None:
                 continue
             w.chunk_id = next(self._ids)
+            w.state[_LIMIT] = _NO_LIMIT
             job.sealed = True
             try:
                 w.conn.send((chunk.kind, w.chunk_id, payload))
@@ -328,6 +337,27 @@ class Supervisor(Failures):
                 continue
             w.job, w.chunk, w.sent_at, w.left = job, chunk, time.monotonic(), len(chunk.tasks)
             self.stats["chunks"] += 1
+
+    def _steal(self, now: float) -> bool:
+        """With a worker free and nothing queued: re-queue the tasks waiting behind a slow task in
+        another worker's chunk, so that one expensive sample does not hold up the end of a batch.
+        Both workers may then score them; the first result counts."""
+        if all(w.chunk is not None for w in self._workers) and len(self._workers) >= self.num_workers:
+            return False
+        for w in self._workers:
+            chunk, job, current = w.chunk, w.job, w.state[_CURRENT]
+            if chunk is None or job is None or chunk.kind != "sync" or chunk.stolen or current < 0:
+                continue
+            if w.state[_CHUNK] != w.chunk_id or now - w.state[_BEAT] < _STEAL_S:
+                continue
+            stop = int(current) + 1
+            w.state[_LIMIT] = stop  # it stops there (at worst after one more task)
+            rest = job.open(chunk.tasks[stop:])
+            chunk.stolen = True
+            if rest:
+                job.queue.appendleft(_Chunk("sync", rest))
+                return True
+        return False
 
     def _payload(self, job: _Job, chunk: _Chunk) -> bytes | None:
         if chunk.kind == "batch":
@@ -409,6 +439,6 @@ class Supervisor(Failures):
             name = job.items[chunk.tasks[0]][0].name
             old = self._cost.get(name)
             self._cost[name] = busy if old is None else 0.7 * old + 0.3 * busy
-        if w.left <= 0 or not job.open(chunk.tasks):
+        if w.left <= 0 or busy is not None or not job.open(chunk.tasks):  # busy: a sync chunk's last message
             w.chunk, w.job = None, None
             self._start_failures = 0

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from rewardkit.scoring import ScorerSpec
 
 # Slots of a worker's shared state: the chunk it holds, the task it runs, when it last started or
-# finished one (time.monotonic(), the same clock in every process on one machine).
-_CHUNK, _CURRENT, _BEAT = 0, 1, 2
+# finished one (time.monotonic(), the same clock in every process on one machine), and the position
+# in a sync chunk where it must stop (the parent moved the tasks from there on to a free worker).
+_CHUNK, _CURRENT, _BEAT, _LIMIT = 0, 1, 2, 3
+_NO_LIMIT = 1e18
 _IDLE = -1.0  # no task running (loading a chunk, or between chunks)
 _SEVERAL = -2.0  # several async tasks in flight: which one hangs is unknown
 _FLUSH_S = 0.05  # a worker sends finished results at least this often
@@ -153,8 +155,12 @@ class _WorkerLoop:
         out = self._out = []
         self._out_chunk = chunk_id
         last = time.monotonic()
+        ran = 0
         cpu = time.process_time()  # CPU, not wall: the cost of a task, however busy the machine is
         for i, (spec, sample) in enumerate(items):
+            if i >= self.state[_LIMIT]:
+                break
+            ran = i + 1
             now = time.monotonic()
             if out and now - last > _FLUSH_S:
                 with self._out_lock:
@@ -170,7 +176,7 @@ class _WorkerLoop:
             with self._out_lock:
                 out.append((i, r))
         with self._out_lock:
-            self.send(("results", chunk_id, out[:], (time.process_time() - cpu) / max(1, len(items))))
+            self.send(("results", chunk_id, out[:], (time.process_time() - cpu) / max(1, ran)))
             out.clear()
             self._out = None
 
