@@ -84,6 +84,12 @@ SCORERS = textwrap.dedent(
         return 1.0
 
 
+    def loaded(response):
+        import sys
+
+        return {"score": 1.0, "loaded": response in sys.modules}
+
+
     def sleepy_where(response, extra_info):
         time.sleep(extra_info["sleep"])
         return {"score": 1.0, "pid": os.getpid()}

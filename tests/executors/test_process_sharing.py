@@ -1,8 +1,11 @@
-"""Concurrent calls share the process pool: no head-of-line blocking, small calls travel together."""
+"""Concurrent calls share the process pool (no head-of-line blocking, small calls travel together); warm workers."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -104,3 +107,35 @@ async def test_tasks_behind_a_slow_one_move_to_a_free_worker(executor, spec, tas
     slow_pid = results[0].extra["pid"]
     moved = [r.extra["pid"] for r in results[2:]]
     assert moved and all(p != slow_pid for p in moved), results  # scored by the free worker
+
+
+def test_workers_fork_with_the_built_in_scorers_and_math_verify_loaded(scorer_file, tmp_path):
+    """The fork server preloads what the first batch's built-in scorers import, once for every worker."""
+    script = tmp_path / "warm.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio
+            from rewardkit.batch import Sample
+            from rewardkit.config import RewardConfig
+            from rewardkit.executors.base import ScoreTask
+            from rewardkit.executors.process import ProcessExecutor
+            from rewardkit.scorers import math_boxed
+            from rewardkit.scoring import ScorerSpec, load_function, ref_of
+
+            if __name__ == "__main__":
+                math = ScorerSpec("math", math_boxed.compute_score, ref_of(math_boxed.compute_score))
+                first = ProcessExecutor(RewardConfig(num_workers=1))
+                r = asyncio.run(first.run([ScoreTask(math, Sample(0, "\\\\boxed{{2}}", ground_truth="2"))]))
+                first.close()
+                fn, ref = load_function({str(scorer_file)!r}, "loaded")
+                fresh = ProcessExecutor(RewardConfig(num_workers=1))  # a new worker from the fork server
+                tasks = [ScoreTask(ScorerSpec("loaded", fn, ref), Sample(i, m)) for i, m in
+                         enumerate(["math_verify", "rewardkit.scorers.math_boxed", "rewardkit.scorers.code"])]
+                print(r[0].score, [x.extra["loaded"] for x in asyncio.run(fresh.run(tasks))], flush=True)
+                fresh.close()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "1.0 [True, True, False]", out.stdout + out.stderr
