@@ -19,8 +19,9 @@ MATH = {"data_source": "lighteval/MATH", "response": "\\boxed{\\frac{1}{2}}", "g
 def test_built_ins_declare_whether_they_are_cheap():
     scorers = get_registries().scorers
     cheap = {e.name for e in scorers if e.meta.get("cheap")}
-    assert {"gsm8k", "math_dapo", "think_format", "boxed_format", "cosine_length"} <= cheap
-    assert not cheap & {"math", "code", "regex_format"}  # can run away, run programs, or backtrack
+    assert {"gsm8k", "math_dapo", "think_format", "boxed_format"} <= cheap
+    # can run away, run programs, backtrack, or run any of those as a base scorer
+    assert not cheap & {"math", "code", "regex_format", "cosine_length"}
 
 
 def test_cheap_built_ins_are_scored_in_this_process():

@@ -1,7 +1,7 @@
 """``executor: auto``: each batch goes where it is both safe and fast.
 
 A batch whose scorers were all registered ``cheap`` (pure built-ins that cannot hang or crash:
-``gsm8k``, ``math_dapo``, ``think_format``, ``boxed_format``, ``cosine_length``) is scored in this
+``gsm8k``, ``math_dapo``, ``think_format``, ``boxed_format``) is scored in this
 process by the ``inline`` executor: a worker round trip would cost more than the scoring. Anything
 else (custom code, ``math`` with math-verify, ``code``, plugins' scorers), and every batch when a
 deadline is asked for (``batch_timeout_s``, or a ``timeout_s`` set in the config), goes to the

@@ -39,7 +39,8 @@ def register_scorers(register):
     """Register the built-in rule-based scorers with the data sources verl users already use.
 
     ``cheap``: pure regex/arithmetic scorers that cannot hang; not ``math`` (math-verify's sympy can
-    run away), ``code`` (runs programs) or ``regex_format`` (a configured pattern can backtrack).
+    run away), ``code`` (runs programs), ``regex_format`` (a configured pattern can backtrack) or
+    ``cosine_length`` (it runs a base scorer, which may be ``math`` or ``code``).
     """
     from rewardkit.scorers import code, format, gsm8k, length, math_boxed, math_dapo
 
@@ -50,4 +51,4 @@ def register_scorers(register):
     register(format.think_format, name="think_format", cheap=True)
     register(format.boxed_format, name="boxed_format", cheap=True)
     register(format.regex_format, name="regex_format")
-    register(length.cosine_length, name="cosine_length", cheap=True)
+    register(length.cosine_length, name="cosine_length")
