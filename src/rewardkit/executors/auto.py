@@ -57,16 +57,19 @@ class AutoExecutor(Executor):
         return self._process
 
     async def run(self, tasks: Sequence[ScoreTask]) -> list[SampleResult]:
+        """Run the tasks where :meth:`choose` sends them; one result per task, in input order."""
         if not tasks:
             return []
         return await self.choose(t.spec for t in tasks).run(tasks)
 
     async def run_batch(self, spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:
+        """One call of a batch scorer, where :meth:`choose` sends it."""
         if not samples:
             return []
         return await self.choose([spec]).run_batch(spec, samples)
 
     def close(self) -> None:
+        """Close the executors it started (idempotent)."""
         for ex in (self._inline, self._process):
             if ex is not None:
                 ex.close()
