@@ -139,3 +139,16 @@ def test_workers_fork_with_the_built_in_scorers_and_math_verify_loaded(scorer_fi
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "1.0 [True, True, False]", out.stdout + out.stderr
+
+
+async def test_a_hanging_batch_scorer_call_does_not_hold_up_other_calls(executor, spec, task):
+    ex = executor(num_workers=2, timeout_s=3.0)
+    samples = [task(spec("good"), i, "1", "1").sample for i in range(3)]
+    start = time.monotonic()
+    hung = asyncio.create_task(ex.run_batch(spec("batch_hang"), samples))
+    await asyncio.sleep(0.2)
+    small = await asyncio.gather(*(ex.run([task(spec("good"), 0, "1", "1")]) for _ in range(3)))
+    small_s = time.monotonic() - start
+    assert [r[0].score for r in small] == [1.0] * 3
+    assert [r.reason for r in await hung] == ["timeout"] * 3
+    assert small_s < 0.6 * (time.monotonic() - start)  # served by the other worker meanwhile
