@@ -170,6 +170,19 @@ SCORERS = textwrap.dedent(
         return 1.0
 
 
+    def daemonize(response, extra_info):
+        # double-forks extra_info["n"] daemons that exit at once: orphans the worker must reap
+        for _ in range(extra_info["n"]):
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        return {"score": 1.0, "pid": os.getpid()}
+
+
     def batch_good(solution_strs, ground_truths):
         return [float(a == b) for a, b in zip(solution_strs, ground_truths)]
 

@@ -93,3 +93,27 @@ def test_interpreter_exit_kills_them(scorer_file, tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
     assert _wait_gone(_pids(pidfile)) == []
+
+
+def _zombies_of(pid: int) -> int:
+    from rewardkit.executors.process_tree import zombie_children
+
+    return len(zombie_children(pid))
+
+
+def test_orphans_a_worker_inherits_are_reaped(make_config, spec, task):
+    """A subreaper inherits every daemon its scorers orphan: they must not pile up as zombies."""
+    import asyncio
+
+    ex = ProcessExecutor(make_config(num_workers=1, timeout_s=20.0))
+    try:
+        result = asyncio.run(ex.run([task(spec("daemonize"), 0, n=100)]))[0]
+        assert result.status == "ok"
+        worker = result.extra["pid"]
+        deadline = time.monotonic() + 20
+        while _zombies_of(worker) > 64 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _zombies_of(worker) <= 64
+        assert ex.pids == [worker]  # the same worker, still serving
+    finally:
+        ex.close()

@@ -104,6 +104,43 @@ def kill_tree(roots: Iterable[int], tokens: Iterable[str] = (), prefixes: Iterab
     return killed
 
 
+def zombie_children(pid: int) -> list[int]:
+    """Children of ``pid`` that have exited and wait to be reaped."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+def reap_zombies(limit: int) -> int:
+    """Reap this process's exited children once more than ``limit`` of them wait; how many were reaped.
+
+    A subreaper inherits every daemon its scorers orphan, and nobody else waits for those: without
+    this, a scorer that daemonizes once a sample would fill the process table over a long run. The
+    threshold keeps it away from children a scorer still means to wait for itself (a ``Popen``
+    whose status this took would read as exit code 0).
+    """
+    zombies = zombie_children(os.getpid())
+    if len(zombies) <= limit:
+        return 0
+    reaped = 0
+    for pid in zombies:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)

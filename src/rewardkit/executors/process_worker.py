@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.batch import Sample
-from rewardkit.executors.process_tree import become_subreaper, kill_tree
+from rewardkit.executors.process_tree import become_subreaper, kill_tree, reap_zombies
 from rewardkit.result import SampleResult
 from rewardkit.runtime.worker import mark_worker
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
@@ -35,6 +35,8 @@ _NO_LIMIT = 1e18
 _IDLE = -1.0  # no task running (loading a chunk, or between chunks)
 _SEVERAL = -2.0  # several async tasks in flight: which one hangs is unknown
 _FLUSH_S = 0.05  # a worker sends finished results at least this often
+_REAP_EVERY_S = 5.0  # a worker looks for orphans to reap this often...
+_ZOMBIE_MAX = 64  # ... and reaps them once more than this many wait
 
 
 def _die_with_parent(start_method: str) -> None:
@@ -241,6 +243,15 @@ class _WorkerLoop:
         self.conn.send_bytes(data)
 
 
+def _reap_orphans() -> None:
+    while True:
+        time.sleep(_REAP_EVERY_S)
+        try:
+            reap_zombies(_ZOMBIE_MAX)
+        except OSError:
+            pass
+
+
 def _sendable(msg: tuple) -> tuple:
     kind, chunk_id, results, busy = msg
     if kind != "results":
@@ -272,7 +283,8 @@ def _worker_main(
         os.setsid()  # its own process group, so that a kill also reaches what a scorer started
     except OSError:
         pass
-    become_subreaper()  # what its scorers orphan (daemons, double forks) stays in its tree, to be killed
+    if become_subreaper():  # what its scorers orphan (daemons, double forks) stays in its tree, to be killed
+        threading.Thread(target=_reap_orphans, name="rewardkit-reaper", daemon=True).start()
     _die_with_parent(start_method)
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
