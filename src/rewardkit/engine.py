@@ -56,7 +56,7 @@ class RewardEngine:
             self.registries.scorers.get(self.config.default_scorer)
         if self.config.reward_model.enable:
             self._backend_cls = self.registries.backends.get(self.config.reward_model.backend)
-        self._executor_cls = self.registries.executors.get(self._executor_name())
+        self._executor_cls = self.registries.executors.get(self.config.executor)
 
     # -- building the parts ----------------------------------------------------------------------
     def _resolve_manager_class(self) -> type[RewardManager]:
@@ -70,14 +70,6 @@ class RewardEngine:
                 raise ConfigError(f"reward_manager {where}:{name} is not a rewardkit RewardManager subclass")
             return cls
         return self.registries.managers.get(rm.name)
-
-    def _executor_name(self) -> str:
-        name = self.config.executor
-        if name == "auto":
-            from importlib.util import find_spec
-
-            return "process" if find_spec("rewardkit.executors.process") else "inline"
-        return name
 
     @property
     def executor(self) -> Executor:
