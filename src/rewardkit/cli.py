@@ -331,7 +331,7 @@ def score(
     out_console = _console()
     out_console.print(_summary_table(tally, elapsed))
     out_console.print(f"wrote {tally.rows} scored samples to {output}")
-    if fail_on_error and sum(c["failed"] for c in tally.counts.values()):
+    if fail_on_error and any(c["failed"] for c in tally.counts.values()):
         sys.exit(1)
 
 

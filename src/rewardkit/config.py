@@ -289,12 +289,12 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         if err["type"] == "extra_forbidden":
             parent: type[BaseModel] | None = RewardConfig
             for part in err["loc"][:-1]:
+                if parent is None:
+                    break
                 if isinstance(part, int):
                     continue  # a list index: parent already is the item model
                 field = parent.model_fields.get(str(part))
                 parent = _model_in(field.annotation) if field is not None else None
-                if parent is None:
-                    break
             known = sorted(parent.model_fields) if parent is not None else []
             import difflib
 

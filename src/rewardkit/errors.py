@@ -19,7 +19,7 @@ class RewardKitError(Exception):
     its ``__init__``, whatever that subclass's signature is.
     """
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 

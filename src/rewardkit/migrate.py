@@ -800,7 +800,9 @@ class _Migrator:
 
     def finish(self) -> None:
         rm = self.out.get("reward_model")
-        enabled = isinstance(rm, dict) and bool(rm.get("enable"))
+        if not isinstance(rm, dict):
+            rm = {}
+        enabled = bool(rm.get("enable"))
         if enabled and self.provenance.get(("reward_model", "enable")):
             self.pick_backend(rm)
         backend = rm.get("backend", "generative") if isinstance(rm, dict) else "generative"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from rewardkit.errors import DuplicateNameError, UnknownNameError
 
@@ -60,7 +60,8 @@ class Registry(Generic[T]):
             from rewardkit.scoring import resolve_ref
 
             try:
-                entry.obj = resolve_ref(entry.obj)
+                # A lazy "module:attr" registered in place of a T: resolving it yields the T.
+                entry.obj = cast(T, resolve_ref(entry.obj))
             except Exception as e:
                 raise BrokenPluginError(
                     f"{self.kind} {name!r} from plugin {entry.provider!r} cannot be loaded: {e}"

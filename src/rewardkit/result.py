@@ -239,15 +239,16 @@ def compute_metrics(
         m[f"reward/num_{s}"] = float(status.get(s, 0))
     for reason, n in sorted(Counter(r.reason for r in results if r.status == "failed").items()):
         m[f"reward/failed/{reason}"] = float(n)
-    ok = [r.score for r in results if r.status == "ok"]
+    # An "ok" result always has a float score (SampleResult's contract); the None test narrows the type.
+    ok = [r.score for r in results if r.status == "ok" and r.score is not None]
     if ok:
-        m["reward/mean"] = statistics.fmean(ok)  # type: ignore[arg-type]
-        m["reward/max"] = max(ok)  # type: ignore[type-var]
-        m["reward/min"] = min(ok)  # type: ignore[type-var]
+        m["reward/mean"] = statistics.fmean(ok)
+        m["reward/max"] = max(ok)
+        m["reward/min"] = min(ok)
     by_source: dict[str, list[float]] = defaultdict(list)
     for r, ds in zip(results, data_sources, strict=True):
-        if r.status == "ok":
-            by_source[ds or "unknown"].append(r.score)  # type: ignore[arg-type]
+        if r.status == "ok" and r.score is not None:
+            by_source[ds or "unknown"].append(r.score)
     for ds, vals in sorted(by_source.items()):
         m[f"reward/{ds}/mean"] = statistics.fmean(vals)
     comp: dict[str, list[float]] = defaultdict(list)

@@ -91,7 +91,7 @@ def dump_row(row: dict[str, Any]) -> bytes:
 class Tally:
     """Counts per data source for the summary, without keeping the rows."""
 
-    counts: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    counts: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     sums: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)
     rows: int = 0
@@ -222,6 +222,7 @@ def _score_chunk(engine, path: Path, chunk: list[Line], on_bad_line: str, out, t
         if line.error is not None:
             row = bad_input_row(line)
         else:
+            assert line.record is not None  # a Line holds a record or an error
             row = {**line.record, **next(rows).to_dict(), LINE_FIELD: line.lineno}
         tally.add(row)
         buf += dump_row(row)

@@ -97,7 +97,10 @@ async def serve(
     await runner.setup()
     loop = asyncio.get_running_loop()
     guard = ConnectionGuard(max_connections, header_timeout_s)
-    server = await loop.create_server(lambda: GuardedProtocol(runner.server(), guard), host, port)
+    handler = runner.server
+    if handler is None:  # set by runner.setup()
+        raise RuntimeError("aiohttp AppRunner has no server after setup()")
+    server = await loop.create_server(lambda: GuardedProtocol(handler(), guard), host, port)
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
     if ready is not None:
         ready(bound)

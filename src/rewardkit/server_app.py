@@ -62,8 +62,8 @@ class ServerState:
     latency_buckets: dict[str, list[int]] = field(
         default_factory=lambda: defaultdict(lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     )
-    latency_sum: Counter = field(default_factory=Counter)
-    latency_count: Counter = field(default_factory=Counter)
+    latency_sum: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    latency_count: Counter[str] = field(default_factory=Counter)
     #: Engines requests are spread over (``engine`` first), and when each lane's in-flight requests began.
     lanes: list[RewardEngine] = field(default_factory=list)
     lane_since: list[list[float]] = field(default_factory=list)
@@ -487,11 +487,15 @@ def create_app(
     if max_body_mb <= 0:
         raise ValueError("max_body_mb must be positive")
     owns = not isinstance(engine_or_config, RewardEngine)
-    if default_scorer is not None:
-        if not owns:
+    if isinstance(engine_or_config, RewardEngine):
+        if default_scorer is not None:
             raise ValueError("default_scorer needs a config, not a built RewardEngine")
-        engine_or_config = load_config(engine_or_config).model_copy(update={"default_scorer": default_scorer})
-    engine = RewardEngine(engine_or_config) if owns else engine_or_config
+        engine = engine_or_config
+    else:
+        config = load_config(engine_or_config)
+        if default_scorer is not None:
+            config = config.model_copy(update={"default_scorer": default_scorer})
+        engine = RewardEngine(config)
     try:
         engine.manager  # noqa: B018 - build it now so errors surface at start-up
     except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from typing import Any
 
 #: Deepest JSON nesting accepted in a request body (rewardkit's own requests need about 6).
@@ -17,6 +18,7 @@ def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        items: Iterable[Any]
         if isinstance(item, dict):
             items = item.values()
         elif isinstance(item, list):
@@ -79,7 +81,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._counted = False
         self._refused = False
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         self._transport = transport
         g = self._guard
         if g.open >= g.max_connections:
@@ -108,7 +110,7 @@ class GuardedProtocol(asyncio.Protocol):
                 self._timer = None
             else:
                 self._tail = seen[-3:]
-        self._inner.data_received(data)  # type: ignore[attr-defined]
+        self._inner.data_received(data)
 
     def eof_received(self):
         if self._refused:

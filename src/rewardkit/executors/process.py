@@ -112,7 +112,10 @@ class ProcessExecutor(Supervisor, Executor):
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         self.start_method = start_method
         self.chunk_size = chunk_size
-        self._ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx = multiprocessing.get_context("forkserver")
+        else:
+            self._ctx = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
         self._init_dispatcher()
         self._uid = f"{os.getpid()}-{next(_uids)}"

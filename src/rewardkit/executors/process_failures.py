@@ -30,6 +30,12 @@ class Failures:
     _uid: str
     _start_failures: int
 
+    if TYPE_CHECKING:  # the dispatcher half, in Supervisor
+
+        def _limit(self, job: _Job, w: _Worker) -> float | None: ...
+
+        def _drain(self, job: _Job, w: _Worker) -> bool: ...
+
     def _kill(self, w: _Worker) -> None:
         """SIGKILL a worker and everything its scorers started, detached (new session, double fork) or not."""
         pid = w.process.pid
@@ -161,10 +167,10 @@ class Failures:
         """Fail the unfinished tasks of ``caller`` (of every caller of ``job`` if None) with ``reason``,
         killing the workers that hold them; other callers' tasks those workers held are re-queued."""
         mine = range(len(job.items)) if caller is None else range(caller.lo, caller.hi)
-        for w in [w for w in self._workers if w.job is job and w.chunk is not None]:
-            if not any(i in mine for i in job.open(w.chunk.tasks)):
-                continue
+        for w in [w for w in self._workers if w.job is job]:
             chunk = w.chunk
+            if chunk is None or not any(i in mine for i in job.open(chunk.tasks)):
+                continue
             self._drain(job, w)
             self._kill(w)
             self.stats["killed"] += 1

@@ -17,7 +17,9 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import wait as wait_ready
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import TYPE_CHECKING, Any
 
 from rewardkit.executors import process_tree
@@ -62,6 +64,19 @@ class Supervisor(Failures):
     stats: dict[str, int]
     _workers: list[_Worker]
     _uid: str
+    _ctx: SpawnContext | ForkServerContext
+    _ids: Iterator[int]
+    _cost: dict[str, float]  # moving average of a sync task's CPU cost, by scorer name
+
+    if TYPE_CHECKING:  # the planning half, in ProcessExecutor
+
+        def _plan(self, job: _Job, tasks: list[int]) -> None: ...
+
+        def _chunk_size(self, job: _Job, chunk: _Chunk) -> int: ...
+
+        def _preload(self) -> list[str]: ...
+
+        def _per_worker_concurrency(self) -> int: ...
 
     def _init_dispatcher(self) -> None:
         self._cv = threading.Lock()  # guards the inbox and the dispatcher thread's handle
@@ -124,6 +139,7 @@ class Supervisor(Failures):
     def _take_inbox(self) -> None:
         with self._cv:
             callers, self._inbox = self._inbox, []
+        job: _Job | None
         for c in callers:
             self._start_failures = 0
             if c.kind == "batch":
@@ -215,7 +231,7 @@ class Supervisor(Failures):
             for job in self._jobs:
                 self._abandon(job, None, "crash" if job.queue else "error", why)
             return
-        wake = min(0.5, *held, *(self._time_left(w.job, w, now) for w in busy))
+        wake = min(0.5, *held, *(self._time_left(w.job, w, now) for w in busy if w.job is not None))
         if len(busy) < self.num_workers:  # a worker is free: look again soon for tasks to steal
             wake = min(wake, _STEAL_S)
         for job in self._jobs:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rewardkit.batch import Sample
 from rewardkit.executors.process_tree import become_subreaper, kill_tree, reap_zombies
@@ -51,7 +51,8 @@ def _die_with_parent(start_method: str) -> None:
         try:
             from multiprocessing import forkserver
 
-            server = forkserver._forkserver  # private, hence the guard
+            # Private CPython state (absent from typeshed), hence Any and the guard.
+            server: Any = forkserver._forkserver
             if server._forkserver_pid is None and server._forkserver_alive_fd is not None:
                 os.close(server._forkserver_alive_fd)
                 server._forkserver_alive_fd = None
@@ -330,8 +331,9 @@ def _prepare_fork_server(ctx, preload: Sequence[str] = ()) -> None:
     if name:
         os.environ[_MAIN_ENV] = f"name:{name}"
     elif path:
-        if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:
-            path = os.path.join(process.ORIGINAL_DIR, path)
+        original_dir: str | None = getattr(process, "ORIGINAL_DIR", None)  # private, not in typeshed
+        if not os.path.isabs(path) and original_dir is not None:
+            path = os.path.join(original_dir, path)
         os.environ[_MAIN_ENV] = f"path:{os.path.normpath(path)}"
     ctx.set_forkserver_preload(["rewardkit.executors.process", *preload])
 

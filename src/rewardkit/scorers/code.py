@@ -147,7 +147,8 @@ def _assert_test(code: str, test: str, label: str) -> TestCase:
 
 def _hoist_future_imports(code: str) -> tuple[str, str]:
     """``from __future__`` lines must come first: move them above the harness line."""
-    future, body = [], []
+    future: list[str] = []
+    body: list[str] = []
     for line in code.splitlines(keepends=True):
         (future if line.startswith("from __future__ import") else body).append(line)
     return "".join(line if line.endswith("\n") else line + "\n" for line in future), "".join(body)
