@@ -54,6 +54,9 @@ class DecodedSample(Sample):
     never receive the batch's token ids.
     """
 
+    _prompts: _PromptIds
+    _row: int
+
     def _get_prompt(self) -> Any:
         value = self.__dict__["_prompt"]
         if value is _LAZY:
@@ -63,7 +66,7 @@ class DecodedSample(Sample):
     def _set_prompt(self, value: Any) -> None:
         self.__dict__["_prompt"] = value
 
-    prompt = property(_get_prompt, _set_prompt)  # type: ignore[assignment]
+    prompt = property(_get_prompt, _set_prompt)
 
     def __reduce__(self):
         return (

@@ -33,7 +33,7 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
@@ -181,7 +181,13 @@ def install_plugin(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def plugin_fixture(plugin: Any, name: str | None = None, *, scope: str = "function", **kwargs: Any):
+def plugin_fixture(
+    plugin: Any,
+    name: str | None = None,
+    *,
+    scope: Literal["session", "package", "module", "class", "function"] = "function",
+    **kwargs: Any,
+):
     """A pytest fixture that installs ``plugin`` (see :func:`install_plugin`) and yields the
     :class:`InstalledPlugin`. Assign it to a name in a test module or ``conftest.py``::
 
@@ -278,7 +284,7 @@ def _check_scorer_signature(name: str, fn: Any, batch: bool, warnings: list[str]
 
     known = set(BATCH_FIELDS) if batch else set(SINGLE_FIELDS)
     try:
-        params = inspect.signature(fn).parameters.values()
+        params: Iterable[inspect.Parameter] = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         params = []
     for p in params:

@@ -93,9 +93,10 @@ class GenerativeRM(HTTPBackend):
         )
         super().__init__(config, self.settings)
         s = self.settings
-        self.model = s.model or config.model_path
-        if not self.model:
+        model = s.model or config.model_path
+        if not model:
             raise ConfigError("generative judge: set reward_model.rollout.model (or reward_model.model_path)")
+        self.model: str = model
         self.template = get_template(s.template)
         self.parse = build_parser(s.parser if s.parser is not None else self.template.parser)
         self.score_range = s.score_range if "score_range" in s.model_fields_set else self.template.score_range

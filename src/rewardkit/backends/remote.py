@@ -95,7 +95,7 @@ class RemoteRM(HTTPBackend):
             payload["labels"] = [lab for _, _, lab in items]
         cost = sum(len(q) for q, _, _ in items) / 4
         reply = await self.http.post_json(self.url, payload, cost_tokens=cost, deadline=deadline)
-        extra = {"latency_s": round(reply.latency_s, 6), "retries": reply.retries}
+        extra: dict[str, Any] = {"latency_s": round(reply.latency_s, 6), "retries": reply.retries}
         data = reply.data
         rewards = data.get(s.score_key) if isinstance(data, dict) else None
         if not isinstance(rewards, list):

@@ -126,7 +126,7 @@ class ServedClassifierRM(RMBackend):
     def _load(self) -> None:
         s = self.settings
         path = s.tokenizer_path or self.config.model_path
-        local = bool(path) and Path(path).is_dir()
+        local = Path(path).is_dir() if path else False
         if s.tokenizer == "local" and not local:
             raise ConfigError(f"served-classifier: tokenizer 'local' but {path!r} is not a local directory")
         if s.tokenizer != "none" and local:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -69,7 +70,7 @@ class InlineExecutor(Executor):
                     return
                 running[:] = [i]
                 try:
-                    results[i] = _safe(lambda i=i: invoke(tasks[i].spec, tasks[i].sample, limit))
+                    results[i] = _safe(functools.partial(invoke, tasks[i].spec, tasks[i].sample, limit))
                 except asyncio.CancelledError as e:  # raised by the scorer: nothing cancels this thread
                     results[i] = error_result(e)
                 running.clear()
@@ -94,9 +95,9 @@ class InlineExecutor(Executor):
                         raise
                     results[i] = error_result(e)  # the scorer raised it: fail that sample, not the batch
                 except Exception as e:  # noqa: BLE001 - e.g. an exception whose __str__ raises
-                    results[i] = _safe(lambda e=e: error_result(e))
+                    results[i] = _safe(functools.partial(error_result, e))
 
-        jobs = [asyncio.ensure_future(run_one(i)) for i in async_idx]
+        jobs: list[asyncio.Future[Any]] = [asyncio.ensure_future(run_one(i)) for i in async_idx]
         if sync_idx:
             jobs.append(_in_daemon_thread(run_sync))
         try:

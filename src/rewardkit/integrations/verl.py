@@ -197,7 +197,8 @@ def _config_from_compute_score(compute_score_fn: Any) -> Any:
     """
     if compute_score_fn is None:
         return None
-    fn, kwargs = compute_score_fn, {}
+    fn: Any = compute_score_fn
+    kwargs: dict[str, Any] = {}
     while isinstance(fn, functools.partial):
         kwargs = {**fn.keywords, **kwargs}
         if getattr(fn.func, "__name__", "") in ("_call_with_kwargs", "_call_with_kwargs_async") and fn.args:

@@ -41,7 +41,9 @@ def register() -> bool:
     from rewardkit.integrations.verl import RewardKitRewardManager
 
     if REWARD_MANAGER.get(NAME) is not RewardKitRewardManager:
-        verl_register(NAME)(RewardKitRewardManager)
+        # Duck-typed to verl's RewardManagerBase, not a subclass: subclassing would import verl (and
+        # torch) with rewardkit.integrations.verl, which must stay importable without verl.
+        verl_register(NAME)(RewardKitRewardManager)  # type: ignore[arg-type]
     return True
 
 

@@ -93,8 +93,9 @@ class BatchRewardManager(RewardManager):
             return list(await self.context.executor.run_batch(self.spec, samples))
         unique, slots = unique_slots(samples, key=self._key)
         results = await self.context.executor.run_batch(self.spec, unique)
-        return fan_out(
+        fanned: list[SampleResult] = fan_out(
             list(results),
             slots,
             copy=lambda r: dataclasses.replace(r, extra=dict(r.extra), components=dict(r.components)),
         )
+        return list(fanned)

@@ -76,7 +76,7 @@ class DAPORewardManager(NaiveRewardManager):
         self.tokenizer_path = kwargs.get("tokenizer")
         if self.tokenizer_path is not None and not isinstance(self.tokenizer_path, str):
             raise ConfigError(f"reward_manager 'dapo': tokenizer must be a path, got {self.tokenizer_path!r}")
-        self._tokenizer = None
+        self._tokenizer: Any = None  # a transformers tokenizer, loaded on first use
         self._tokenizer_lock = threading.Lock()
         self.buffer_len = 0
         self.penalty_factor = 1.0

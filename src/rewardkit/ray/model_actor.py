@@ -311,7 +311,7 @@ class ModelPool:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         actor = ray.remote(ModelActor)
-        replicas = []
+        replicas: list[Any] = []  # actor handles
         for i in range(placement.replicas):
             if placement_group is not None:
                 bundle = bundle_indices[i % len(bundle_indices)] if bundle_indices else -1

@@ -111,7 +111,7 @@ class RayServerGroup:
             bundle_indices = list(range(n))
         self.placement_group = placement_group
         actor = ray.remote(ServerActor)
-        self.actors = []
+        self.actors: list[Any] = []  # actor handles
         for i in range(n):
             index = bundle_indices[i % len(bundle_indices)] if bundle_indices else -1
             self.actors.append(
