@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test wheel-check lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,13 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(MAKE) --no-print-directory wheel-check
 	$(BIN)/python -m pytest -q
+
+# Build the sdist and wheel, install the wheel in a fresh venv and smoke-test it (see the script).
+wheel-check: $(VENV)/.installed-dev
+	.ci/check_wheel.sh $(BIN)/python
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .
@@ -55,4 +61,4 @@ bench: $(VENV)/.installed-dev
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-wheelcheck out dist build .pytest_cache .ruff_cache .mypy_cache
