@@ -139,17 +139,19 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
 
 def _summary_table(tally, elapsed: float):
     from rich.table import Table
+    from rich.text import JustifyMethod
 
     table = Table(title="rewardkit score: summary")
-    for col, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("data source", "left"),
         ("samples", "right"),
         ("mean score", "right"),
         ("ok", "right"),
         ("abstained", "right"),
         ("failed", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    )
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     total: Counter = Counter()
     for ds in sorted(tally.counts):
         c = tally.counts[ds]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from contextlib import contextmanager
 
 #: Batches at least this large pause the collector (smaller ones gain nothing measurable).
@@ -49,6 +49,6 @@ def batch_size(batch: object) -> int:
     if isinstance(batch, dict) and "completions" in batch:
         batch = batch["completions"]
     try:
-        return len(batch)  # type: ignore[arg-type]
+        return len(batch) if isinstance(batch, Sized) else 0
     except TypeError:
         return 0

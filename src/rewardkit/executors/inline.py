@@ -109,8 +109,8 @@ class InlineExecutor(Executor):
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
                 for job in jobs:
-                    if not job.cancelled() and job.exception() is not None:
-                        raise job.exception()  # type: ignore[misc]
+                    if not job.cancelled() and (exc := job.exception()) is not None:
+                        raise exc
         finally:
             stop.set()
             for job in jobs:

@@ -178,8 +178,8 @@ class judge_slot:  # noqa: N801 - used like a function: `async with judge_slot()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._lease is not None:
-            handle, _ = self._current  # type: ignore[misc]
+        if self._lease is not None and self._current is not None:  # a lease implies a budget
+            handle, _ = self._current
             lease, self._lease = self._lease, None
             await handle.release.remote(lease)
 
@@ -192,10 +192,10 @@ class judge_slot:  # noqa: N801 - used like a function: `async with judge_slot()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._lease is not None:
+        if self._lease is not None and self._current is not None:  # a lease implies a budget
             import ray
 
-            handle, _ = self._current  # type: ignore[misc]
+            handle, _ = self._current
             lease, self._lease = self._lease, None
             ray.get(handle.release.remote(lease))
 
