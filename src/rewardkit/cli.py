@@ -139,7 +139,7 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
 
 def _summary_table(tally, elapsed: float):
     from rich.table import Table
-    from rich.text import JustifyMethod
+    from rich.console import JustifyMethod
 
     table = Table(title="rewardkit score: summary")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
