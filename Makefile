@@ -46,7 +46,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(MAKE) --no-print-directory wheel-check
+	.ci/check_wheel.sh $(BIN)/python
 	$(BIN)/python -m pytest -q
 
 # Build the sdist and wheel, install the wheel in a fresh venv and smoke-test it (see the script).
