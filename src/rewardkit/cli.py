@@ -138,8 +138,8 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
 
 
 def _summary_table(tally, elapsed: float):
-    from rich.table import Table
     from rich.console import JustifyMethod
+    from rich.table import Table
 
     table = Table(title="rewardkit score: summary")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
