@@ -229,6 +229,16 @@ class RewardResult:
         )
 
 
+def all_filled(results: Sequence[SampleResult | None], what: str) -> list[SampleResult]:
+    """``results`` once every slot holds a result; an empty slot is a bug in ``what``, raised, never a
+    silent hole."""
+    out = [r for r in results if r is not None]
+    if len(out) != len(results):
+        missing = [i for i, r in enumerate(results) if r is None]
+        raise RuntimeError(f"{what} lost samples {missing[:10]}")
+    return out
+
+
 def compute_metrics(
     results: Sequence[SampleResult], data_sources: Sequence[str | None], elapsed_s: float | None = None
 ) -> dict[str, float]:

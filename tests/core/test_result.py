@@ -92,3 +92,13 @@ def test_to_records_is_json_friendly():
     recs = _result().to_records()
     json.dumps(recs)
     assert recs[1] == {"score": None, "status": "failed", "reason": "timeout", "error": "took too long"}
+
+
+def test_all_filled_returns_the_results_and_raises_on_an_empty_slot():
+    from rewardkit.result import all_filled
+
+    done = [SampleResult.ok(1.0), SampleResult.failed("error", "boom")]
+    assert all_filled(done, "x") == done
+    assert all_filled([], "x") == []
+    with pytest.raises(RuntimeError, match=r"the executor lost samples \[1\]"):
+        all_filled([done[0], None, done[1]], "the executor")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rewardkit.executors.base import Executor, ScoreTask
-from rewardkit.result import SampleResult
+from rewardkit.result import SampleResult, all_filled
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
 
 #: A ``time.monotonic()`` deadline set by the caller (a Ray worker passes on what is left of the
@@ -123,7 +123,7 @@ class InlineExecutor(Executor):
                     results[i] = SampleResult.failed("timeout", msg + _LEFT_RUNNING, thread_left_running=True)
                 else:
                     results[i] = SampleResult.failed("timeout", msg)
-        return results  # type: ignore[return-value]
+        return all_filled(results, "the inline executor")
 
     async def run_batch(self, spec, samples) -> list[SampleResult]:
         """One call of a batch scorer in a helper thread, bounded by ``batch_timeout_s`` (else ``timeout_s``)."""

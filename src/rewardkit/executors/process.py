@@ -41,7 +41,7 @@ from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor, ScoreTask
 from rewardkit.executors.process_job import _Chunk, _Job, _Worker
 from rewardkit.executors.process_supervisor import Supervisor
-from rewardkit.result import SampleResult
+from rewardkit.result import SampleResult, all_filled
 from rewardkit.runtime.worker import in_worker
 from rewardkit.scoring import invoke_batch, signature_of
 
@@ -147,7 +147,7 @@ class ProcessExecutor(Supervisor, Executor):
             back = await self._run_here([ScoreTask(*job.items[i]) for i in caller.fallback])
             for i, r in zip(caller.fallback, back, strict=True):
                 results[i - caller.lo] = r
-        return results  # type: ignore[return-value]
+        return all_filled(results, "the process executor")
 
     async def run_batch(self, spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:
         """One call of a batch scorer in a worker, bounded by ``batch_timeout_s`` (else ``timeout_s``)."""
@@ -166,7 +166,7 @@ class ProcessExecutor(Supervisor, Executor):
         if caller.fallback:
             self._warn_fallback(job)
             return await asyncio.to_thread(invoke_batch, spec, samples)
-        return job.results[caller.lo : caller.hi]  # type: ignore[return-value]
+        return all_filled(job.results[caller.lo : caller.hi], "the process executor")
 
     def close(self) -> None:
         """Stop every worker (idle ones are asked to exit, busy ones are killed). Idempotent.

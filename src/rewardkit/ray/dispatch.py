@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardkit.ray.sharding import Shard
-from rewardkit.result import SampleResult
+from rewardkit.result import SampleResult, all_filled
 
 
 class NoLiveWorkersError(RuntimeError):
@@ -250,7 +250,4 @@ async def dispatch(
         stats["samples_timed_out"] += len(shard)
         msg = f"the batch deadline ({batch_timeout_s}s) passed before this sample was scored"
         finish(shard, [SampleResult.failed("timeout", msg) for _ in range(len(shard))])
-    missing = [i for i, r in enumerate(results) if r is None]
-    if missing:  # pragma: no cover - a bug, never a silent hole
-        raise RuntimeError(f"dispatch lost samples {missing[:10]}")
-    return results  # type: ignore[return-value]
+    return all_filled(results, "dispatch")
