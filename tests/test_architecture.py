@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rewardkit.batch",
             "rewardkit.result",
             "rewardkit.scoring",
+            "rewardkit.options",
             "rewardkit.config",
             "rewardkit.migrate",
             "rewardkit.hookspecs",
@@ -45,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rewardkit.integrations",
             "rewardkit.ray",
             "rewardkit.testing",
+            "rewardkit.config_reference",
             # The Ray executor drives rewardkit.ray's worker group; registered by name, imported by nobody.
             "rewardkit.executors.ray",
         ),

@@ -47,7 +47,7 @@ class RemoteSettings(HTTPSettings):
     score_key: str = Field("rewards", description="key of the rewards list in the reply")
     query_template: str = Field("{prompt}{response}", description="how prompt and response form a query")
     send_prompts: bool = Field(True, description="also send 'prompts' and 'labels' (newer OpenRLHF servers)")
-    dedup: bool = True
+    dedup: bool = Field(True, description="send identical (prompt, response, label) samples once")
 
 
 def _label(value: Any) -> str:
@@ -66,6 +66,7 @@ class RemoteRM(HTTPBackend):
     """
 
     name = "remote"
+    Options = RemoteSettings
 
     def __init__(self, config: RewardModelConfig):
         self.settings: RemoteSettings = parse_settings(RemoteSettings, dict(config.rollout), "remote")
