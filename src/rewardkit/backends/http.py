@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardkit.backends.base import RMBackend
 from rewardkit.backends.http_metrics import BackendMetrics, LatencyWindow, percentile
@@ -432,6 +432,9 @@ class HTTPCore:
 
 class HTTPBackend(RMBackend):
     """Base of the RM backends that speak HTTP: one :class:`HTTPCore`, its metrics, and closing both."""
+
+    #: ``rollout.base_url`` may be a list of replicas: :class:`HTTPCore` routes over them.
+    accepts_url_list: ClassVar[bool] = True
 
     def __init__(self, config: RewardModelConfig, settings: HTTPSettings):
         super().__init__(config)
