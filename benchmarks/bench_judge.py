@@ -1,19 +1,22 @@
-"""How close the generative judge client gets to a judge server's capacity, and whether it loses samples.
+"""Issue 17's goals for the generative judge client, each printed as a ratio measured in this run.
 
-A scripted OpenAI-compatible server (tests/backends/judge/judge_server.py) runs in its own process
-with a fixed service time and a concurrency capacity; capacity in requests/s is
-``capacity / service_time``. Side by side in one run:
+The nasty fault server (tests/backends/judge/fault_server.py) runs as its own process(es): an
+OpenAI-compatible judge serving ``--capacity`` requests at once with ``--service-time`` each
+(32 x 20 ms = 1,600 req/s nominal), failing a share of first attempts with stalls past the client
+timeout, connection resets, 429 bursts with Retry-After, 503s, 500s, garbage bodies and cut-off
+answers. Goals:
 
-1. rewardkit's ``generative`` backend vs a naive client sending one request at a time:
-   achieved requests/s as a ratio of the server's capacity;
-2. with 10% of requests failing transiently (a 500 once), the completion rate of both;
-3. an overloaded server that answers 429 beyond its capacity: rewardkit's completion rate.
+1. no faults, default settings: throughput vs a plain aiohttp client with 32 in flight, same server;
+2. 10% faults: >= 99.5% right, 0 wrong, 0 lost, time <= 1.5x the no-fault time + one timeout;
+3. 30% faults: >= 99% right, no ``circuit_open`` while the server answers;
+4. server killed mid-batch and restarted 2 s later: every sample scored, none failed for a cooldown;
+5. two replicas, one killed mid-batch: >= 0.9x the throughput of one healthy replica alone.
 
-A "bare http" row (plain aiohttp, same concurrency, nothing else) shows what this machine's CPU
-allows at all: on a small shared machine the client and the server process, not the server's
-nominal capacity, are the limit, so read rewardkit's figure against that row too.
+The judge samples with temperature 0.7 (so a cut-off judgement is asked again, the default for
+sampling). ``--timeout`` sets the client's request timeout (the stalls last 3x as long); the
+default 60 s is the client's own default, use e.g. ``--n 1000 --timeout 2`` for a quick run.
 
-Run: ``.venv/bin/python benchmarks/bench_judge.py [--n 2000] [--service-time 0.02] [--capacity 32]``
+Run: ``.venv/bin/python benchmarks/bench_judge.py [--n 2000] [--timeout 60] [--capacity 32]``
 """
 
 from __future__ import annotations
@@ -29,156 +32,202 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER = REPO / "tests" / "backends" / "judge" / "judge_server.py"
+SERVER = REPO / "tests" / "backends" / "judge" / "fault_server.py"
 
 
 class ServerProcess:
-    """The scripted judge server as a subprocess (its own CPU, not competing for our GIL)."""
+    """One fault server process; :meth:`kill` is a real SIGKILL, :meth:`start` again reuses the port."""
 
-    def __init__(self, service_time: float, capacity: int, overflow: str = "queue"):
-        self.args = [
-            sys.executable,
-            str(SERVER),
-            "--service-time",
-            str(service_time),
-            "--capacity",
-            str(capacity),
-            "--overflow",
-            overflow,
-        ]
+    def __init__(self, args: argparse.Namespace, rate: float = 0.0, port: int = 0):
+        self.args, self.rate, self.port = args, rate, port
+        self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> str:
-        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{json.loads(line)['port']}"
+    def start(self) -> ServerProcess:
+        a = self.args
+        cmd = [sys.executable, str(SERVER), "--port", str(self.port), "--rate", str(self.rate)]
+        cmd += ["--capacity", str(a.capacity), "--service-time", str(a.service_time)]
+        cmd += ["--stall-s", str(3 * a.timeout), "--lifetime-s", "900"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.port = json.loads(self.proc.stdout.readline())["port"]  # type: ignore[union-attr]
+        return self
 
-    def __exit__(self, *exc) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        if self.proc is not None:
             self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
-def make_samples(n: int, tag: str, fail_every: int | None = None) -> list:
+def make_samples(n: int, tag: str) -> list:
     from rewardkit.batch import to_samples
 
-    rows = []
-    for i in range(n):
-        directive = f" @@tag={tag}{i};fail=500x1@@" if fail_every and i % fail_every == 0 else ""
-        rows.append({"prompt": f"Question {i}: what is {i} + {i}?", "response": f"It is {2 * i}.{directive}"})
-    return to_samples(rows)
+    return to_samples(
+        [{"prompt": f"Question {tag}{i}?", "response": f"Answer {i} [[want={i % 11}]]"} for i in range(n)]
+    )
 
 
-def judge(base_url: str, **rollout):
+def judge(urls, args: argparse.Namespace):
     from rewardkit.backends.generative import GenerativeRM
     from rewardkit.config import RewardModelConfig
 
-    cfg = {"base_url": base_url, "model": "judge", "backoff_base_s": 0.05, "request_timeout_s": 30, **rollout}
+    cfg = {"base_url": urls, "model": "judge", "temperature": 0.7, "request_timeout_s": args.timeout}
     return GenerativeRM(RewardModelConfig(enable=True, rollout=cfg))
 
 
-async def run_rewardkit(base_url: str, samples, **rollout) -> tuple[float, float, dict]:
-    rm = judge(base_url, **rollout)
-    await rm.ascore(make_samples(50, "warm"))  # warm up connections (no scripted failures used up)
+class Run:
+    """One rewardkit batch: elapsed time, right / wrong / lost / failed-by-reason counts, metrics."""
+
+    def __init__(self, n: int, res: list, elapsed: float, metrics: dict):
+        self.n, self.elapsed, self.metrics = n, elapsed, metrics
+        self.right = sum(r.status == "ok" and abs(r.score - (i % 11) / 10) < 1e-9 for i, r in enumerate(res))
+        self.wrong = sum(r.status == "ok" for r in res) - self.right
+        self.lost = n - len(res)
+        self.reasons: dict[str, int] = {}
+        for r in res:
+            if r.status != "ok":
+                self.reasons[r.reason] = self.reasons.get(r.reason, 0) + 1
+
+    @property
+    def rps(self) -> float:
+        return self.n / self.elapsed
+
+
+async def run_rewardkit(urls, args, tag: str, during=None) -> Run:
+    rm = judge(urls, args)
+    await rm.ascore(make_samples(64, f"warm-{tag}"))  # open connections
     rm.metrics()
+    samples = make_samples(args.n, tag)
     start = time.perf_counter()
-    res = await rm.ascore(samples)
-    elapsed = time.perf_counter() - start
-    ok = sum(r.status == "ok" for r in res)
-    metrics = rm.metrics()
+    task = asyncio.ensure_future(rm.ascore(samples))
+    if during is not None:
+        await during()
+    res = await task
+    run = Run(args.n, res, time.perf_counter() - start, rm.metrics())
     await rm.aclose()
-    return len(samples) / elapsed, ok / len(samples), metrics
+    rm.close()
+    return run
 
 
-async def run_naive(base_url: str, samples) -> tuple[float, float]:
-    """One request at a time, no retries: what a simple loop over ``session.post`` achieves."""
-    from rewardkit.backends.judge_templates import BUILTIN_TEMPLATES, render
-
-    ok = 0
-    async with aiohttp.ClientSession() as session:
-        start = time.perf_counter()
-        for s in samples:
-            r = render(BUILTIN_TEMPLATES["rubric"], s)
-            body = {"model": "judge", "messages": [{"role": "user", "content": r.user}], "max_tokens": 512}
-            async with session.post(f"{base_url}/v1/chat/completions", json=body) as resp:
-                if resp.status == 200:
-                    await resp.json()
-                    ok += 1
-        elapsed = time.perf_counter() - start
-    return len(samples) / elapsed, ok / len(samples)
-
-
-async def run_raw(base_url: str, samples, concurrency: int) -> float:
-    """The machine's ceiling: bare ``aiohttp`` with ``concurrency`` requests in flight, no templates,
-    parsing, retries or accounting."""
-    from rewardkit.backends.judge_templates import BUILTIN_TEMPLATES, render
-
+async def run_plain(url: str, n: int, concurrency: int = 32) -> float:
+    """A plain aiohttp client holding ``concurrency`` requests in flight: requests/s."""
     bodies = [
-        {
-            "model": "judge",
-            "messages": [{"role": "user", "content": render(BUILTIN_TEMPLATES["rubric"], s).user}],
-        }
-        for s in samples
+        {"model": "judge", "messages": [{"role": "user", "content": f"Question p{i}? [[want={i % 11}]]"}]}
+        for i in range(n)
     ]
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
 
         async def one(body):
-            async with sem, session.post(f"{base_url}/v1/chat/completions", json=body) as resp:
+            async with sem, session.post(f"{url}/v1/chat/completions", json=body) as resp:
                 await resp.json()
 
         start = time.perf_counter()
         await asyncio.gather(*(one(b) for b in bodies))
-        return len(bodies) / (time.perf_counter() - start)
+        return n / (time.perf_counter() - start)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=2000, help="samples for rewardkit")
-    ap.add_argument("--naive-n", type=int, default=150, help="samples for the naive client")
+    ap.add_argument("--n", type=int, default=2000, help="samples per batch")
+    ap.add_argument("--timeout", type=float, default=60.0, help="client request timeout (stalls last 3x)")
     ap.add_argument("--service-time", type=float, default=0.02)
     ap.add_argument("--capacity", type=int, default=32)
-    ap.add_argument("--max-in-flight", type=int, default=64)
     args = ap.parse_args()
-    cap = args.capacity / args.service_time
+    nominal = args.capacity / args.service_time
     print(
-        f"judge server: {args.service_time * 1000:.0f} ms per request, {args.capacity} concurrent "
-        f"=> capacity {cap:.0f} req/s"
+        f"fault server: {args.capacity} x {args.service_time * 1000:.0f} ms = {nominal:.0f} req/s nominal; ",
+        end="",
     )
-    print(f"{'scenario':44} {'client':10} {'req/s':>8} {'of capacity':>12} {'completed':>10}")
+    print(f"{args.n} samples per batch; client timeout {args.timeout:g} s")
 
-    def row(scenario, client, rps, done):
-        print(f"{scenario:44} {client:10} {rps:8.0f} {rps / cap:12.1%} {done:10.1%}")
+    with ServerProcess(args) as srv:  # 1. no faults; interleaved, best of two each (the CPU is shared)
+        plain = await run_plain(srv.url, args.n)
+        base = await run_rewardkit(srv.url, args, "base")
+        plain = max(plain, await run_plain(srv.url, args.n))
+        again = await run_rewardkit(srv.url, args, "base2")
+        base = again if again.rps > base.rps else base
+    print(
+        f"1. no faults: rewardkit {base.rps:.0f} req/s = {base.rps / plain:.2f}x plain aiohttp (32 in flight, "
+        f"{plain:.0f} req/s); {base.rps / nominal:.0%} of nominal; right {base.right}/{args.n}   "
+        f"[{verdict(base.rps >= 0.95 * plain)} >= 1x, noise 5%]"
+    )
 
-    with ServerProcess(args.service_time, args.capacity) as url:
-        rps, done, m = await run_rewardkit(url, make_samples(args.n, "a"), max_in_flight=args.max_in_flight)
-        row("healthy server", "rewardkit", rps, done)
-        nrps, ndone = await run_naive(url, make_samples(args.naive_n, "b"))
-        row("healthy server", "naive", nrps, ndone)
-        raw = await run_raw(url, make_samples(args.n, "r"), args.max_in_flight)
-        row("healthy server", "bare http", raw, 1.0)
-        print(
-            f"  -> rewardkit / naive: {rps / nrps:.1f}x; rewardkit / bare http (this machine's ceiling): "
-            f"{rps / raw:.0%}; p50/p99 request latency {m['latency/p50_s'] * 1000:.0f}/"
-            f"{m['latency/p99_s'] * 1000:.0f} ms"
+    for i, rate in ((2, 0.1), (3, 0.3)):  # 2. and 3. transient faults
+        with ServerProcess(args, rate) as srv:
+            run = await run_rewardkit(srv.url, args, f"f{rate}")
+        budget = 1.5 * base.elapsed + args.timeout
+        share = run.right / args.n
+        circuit = run.reasons.get("circuit_open", 0)
+        line = (
+            f"{i}. {rate:.0%} faults: right {share:.2%}, wrong {run.wrong}, lost {run.lost}, "
+            f"failed {run.reasons or 0}, circuit_open {circuit}; time {run.elapsed:.1f} s = "
+            f"{run.elapsed / budget:.2f}x (1.5x no-fault + one timeout = {budget:.1f} s); "
+            f"retries {run.metrics['retries']:.0f}, stalled {run.metrics.get('stalled', 0):.0f}, "
+            f"hedged {run.metrics.get('hedged', 0):.0f}, in-flight limit min {run.metrics['in_flight_limit/min']:.0f}"
         )
+        goal = share >= (0.995 if rate < 0.2 else 0.99) and run.wrong == 0 and run.lost == 0 and circuit == 0
+        if rate < 0.2:
+            goal = goal and run.elapsed <= budget
+        print(f"{line}   [{verdict(goal)}]")
 
-        rps, done, m = await run_rewardkit(
-            url, make_samples(args.n, "c", fail_every=10), max_in_flight=args.max_in_flight
-        )
-        row("10% of requests fail once (HTTP 500)", "rewardkit", rps, done)
-        nrps, ndone = await run_naive(url, make_samples(args.naive_n, "d", fail_every=10))
-        row("10% of requests fail once (HTTP 500)", "naive", nrps, ndone)
-        print(f"  -> rewardkit retries: {m['retries']:.0f}, failed samples: {m.get('failed/http', 0):.0f}")
+    srv = ServerProcess(args).start()  # 4. kill and restart 2 s later, mid-batch
+    restarted_at: list[float] = []
 
-    with ServerProcess(args.service_time, args.capacity, overflow="429") as url:
-        rps, done, m = await run_rewardkit(url, make_samples(args.n, "e"), max_in_flight=args.capacity * 2)
-        row(f"429 beyond capacity ({args.capacity * 2} in flight)", "rewardkit", rps, done)
-        print(
-            f"  -> 429s absorbed by retries: {m.get('errors/429', 0):.0f}; adaptive in-flight limit went "
-            f"down to {m['in_flight_limit/min']:.0f}"
-        )
+    async def restart() -> None:
+        await asyncio.sleep(base.elapsed / 3)
+        srv.kill()
+        await asyncio.sleep(2.0)
+        await asyncio.get_running_loop().run_in_executor(None, srv.start)
+        restarted_at.append(time.perf_counter())
+
+    run = await run_rewardkit(srv.url, args, "restart", during=restart)
+    srv.stop()
+    print(
+        f"4. killed after {base.elapsed / 3:.1f} s, back 2 s later: right {run.right}/{args.n} "
+        f"({run.right / args.n:.2%}), failed {run.reasons or 0}, batch {run.elapsed:.1f} s   "
+        f"[{verdict(run.right == args.n and not run.reasons.get('circuit_open'))}]"
+    )
+
+    one = ServerProcess(args).start()  # 5. two replicas, one killed mid-batch
+    alone = await run_rewardkit(one.url, args, "alone")
+    two = ServerProcess(args).start()
+
+    async def kill_one() -> None:
+        await asyncio.sleep(alone.elapsed / 4)
+        two.kill()
+
+    pair = await run_rewardkit([one.url, two.url], args, "pair", during=kill_one)
+    one.stop()
+    two.stop()
+    ratio = pair.rps / alone.rps
+    print(
+        f"5. two replicas, one killed after {alone.elapsed / 4:.1f} s: {pair.rps:.0f} req/s = {ratio:.2f}x one "
+        f"healthy replica alone ({alone.rps:.0f} req/s); right {pair.right}/{args.n}, failed "
+        f"{pair.reasons or 0}   [{verdict(ratio >= 0.9 and pair.right == args.n)}]"
+    )
 
 
 if __name__ == "__main__":

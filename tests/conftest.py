@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,16 @@ def _isolated_plugin_env(monkeypatch):
     """No test inherits plugin allow/block lists from the shell."""
     monkeypatch.delenv("REWARDKIT_LOAD_PLUGINS", raising=False)
     monkeypatch.delenv("REWARDKIT_DISABLE_PLUGINS", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _close_shared_engines():
+    """Engines that ``rewardkit.compute`` keeps for the process are closed after each test (no state
+    or worker pools carried from one test into the next)."""
+    yield
+    cache = sys.modules.get("rewardkit.engine_cache")
+    if cache is not None:
+        cache.close_shared_engines()
 
 
 @pytest.fixture(scope="session")

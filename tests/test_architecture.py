@@ -29,6 +29,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rewardkit.hookspecs",
             "rewardkit.registry",
             "rewardkit.plugins",
+            "rewardkit.inputs",
+            "rewardkit.gcpause",
         ),
     ),
     ("runtime", ("rewardkit.runtime",)),
@@ -37,12 +39,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("managers", ("rewardkit.managers",)),
     # launched reward-model servers, pointed at by the backends
     ("serving", ("rewardkit.serving",)),
-    ("engine", ("rewardkit.engine",)),
+    ("engine", ("rewardkit.engine", "rewardkit.engine_cache")),
     (
         "apps",
         (
             "rewardkit.cli",
             "rewardkit.server",
+            "rewardkit.server_app",
+            "rewardkit.server_limits",
+            "rewardkit.scorejob",
             "rewardkit.integrations",
             "rewardkit.ray",
             "rewardkit.testing",
@@ -249,6 +254,6 @@ def test_every_module_is_in_the_architecture_table():
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: p.relative_to(SRC).as_posix())
 def test_modules_stay_small(path):
     # docs/architecture.md: one concept per module, about 500 lines at most; the exceptions say why there.
-    allowed = {"backends/http.py": 760, "migrate.py": 1000, "server.py": 600}
+    allowed = {"migrate.py": 1000, "server_app.py": 560}
     limit = allowed.get(path.relative_to(SRC).as_posix(), 520)
     assert len(path.read_text(encoding="utf-8").splitlines()) <= limit

@@ -19,8 +19,8 @@ from rewardkit.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 _LAZY = {
-    "compute": "rewardkit.engine",
-    "acompute": "rewardkit.engine",
+    "compute": "rewardkit.engine_cache",
+    "acompute": "rewardkit.engine_cache",
     "RewardEngine": "rewardkit.engine",
     "RewardConfig": "rewardkit.config",
     "load_config": "rewardkit.config",
@@ -63,7 +63,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from rewardkit.backends.base import RMBackend
     from rewardkit.batch import Sample, read_jsonl, to_samples
     from rewardkit.config import RewardConfig, load_config
-    from rewardkit.engine import RewardEngine, acompute, compute
+    from rewardkit.engine import RewardEngine
+    from rewardkit.engine_cache import acompute, compute
     from rewardkit.errors import (
         BrokenPluginError,
         ConfigError,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,7 @@ def to_sample(record: Any, index: int) -> Sample:
     if isinstance(record, Sample):
         if record.index == index:
             return record
-        return Sample(**{**record.__dict__, "index": index})
+        return Sample(**{f.name: getattr(record, f.name) for f in fields(Sample)} | {"index": index})
     if not isinstance(record, Mapping):
         raise SampleError(index, None, f"expected a dict, got {type(record).__name__}")
 

@@ -6,16 +6,68 @@ import json
 import math
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import click
 
 from rewardkit import __version__
 
+#: Built-in commands that live in modules too heavy to import for ``--help``: name -> (where, short help).
+_LAZY_COMMANDS = {
+    "serve": (
+        "rewardkit.server:serve_command",
+        "Serve rewards over HTTP: /v1/score, OpenRLHF's /get_reward, /health, /metrics.",
+    ),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Cli(click.Group):
+    """rewardkit's group: heavy built-ins are imported when run, plugins loaded only for their commands.
+
+    ``rewardkit --help`` and the built-in commands never import plugins, aiohttp or the engine.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _LAZY_COMMANDS and name not in self.commands:
+            import importlib
+
+            where, attr = _LAZY_COMMANDS[name][0].split(":")
+            self.add_command(getattr(importlib.import_module(where), attr), name)
+        if name not in self.commands and name not in _LAZY_COMMANDS:
+            _attach_plugin_commands()
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - len(name))))
+            elif cmd is None:
+                rows.append((name, _LAZY_COMMANDS[name][1]))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        names = _third_party_plugins()
+        if names:
+            with formatter.section("Plugins"):
+                formatter.write_text(
+                    f"Installed: {', '.join(names)}. Commands they add run as `rewardkit NAME`; "
+                    "`rewardkit list-plugins` shows what each registers."
+                )
+
+
+def _third_party_plugins() -> list[str]:
+    """Names of installed plugin entry points (read from metadata; nothing is imported)."""
+    from importlib import metadata
+
+    return sorted({ep.name for ep in metadata.entry_points(group="rewardkit")})
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rewardkit")
 def cli() -> None:
     """rewardkit: rewards for RL of language models.
@@ -85,38 +137,9 @@ def list_plugins(as_json: bool, show_all: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    from rewardkit.batch import iter_jsonl
-
-    return list(iter_jsonl(path))
-
-
-def _validate(records: list[dict[str, Any]], path: Path):
-    from rewardkit.batch import to_sample
-    from rewardkit.errors import SampleError
-
-    samples = []
-    for i, rec in enumerate(records):
-        try:
-            samples.append(to_sample(rec, i))
-        except SampleError as e:
-            raise click.ClickException(f"{path}: record {i + 1}: {e}") from None
-    return samples
-
-
-def _summary_table(records_out: list[dict[str, Any]], elapsed: float):
+def _summary_table(tally, elapsed: float):
     from rich.table import Table
 
-    by_source: dict[str, list[float]] = defaultdict(list)
-    counts: dict[str, Counter] = defaultdict(Counter)
-    reasons: Counter = Counter()
-    for rec in records_out:
-        ds = rec.get("data_source") or "(none)"
-        counts[ds][rec["status"]] += 1
-        if rec["status"] == "ok":
-            by_source[ds].append(rec["score"])
-        elif rec["status"] == "failed":
-            reasons[rec.get("reason") or "?"] += 1
     table = Table(title="rewardkit score: summary")
     for col, justify in (
         ("data source", "left"),
@@ -127,28 +150,27 @@ def _summary_table(records_out: list[dict[str, Any]], elapsed: float):
         ("failed", "right"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    total = Counter()
-    for ds in sorted(counts):
-        c = counts[ds]
+    total: Counter = Counter()
+    for ds in sorted(tally.counts):
+        c = tally.counts[ds]
         total.update(c)
-        vals = by_source.get(ds, [])
-        mean = f"{sum(vals) / len(vals):.4f}" if vals else "-"
+        mean = f"{tally.sums[ds] / c['ok']:.4f}" if c["ok"] else "-"
         table.add_row(ds, str(sum(c.values())), mean, str(c["ok"]), str(c["abstained"]), str(c["failed"]))
-    all_ok = [v for vals in by_source.values() for v in vals]
     table.add_section()
+    all_sum = sum(tally.sums.values())
     table.add_row(
         "all",
         str(sum(total.values())),
-        f"{sum(all_ok) / len(all_ok):.4f}" if all_ok else "-",
+        f"{all_sum / total['ok']:.4f}" if total["ok"] else "-",
         str(total["ok"]),
         str(total["abstained"]),
         str(total["failed"]),
     )
-    n = len(records_out)
+    n = tally.rows
     rate = n / elapsed if elapsed > 0 else math.inf
     caption = f"{n} samples in {elapsed:.2f}s ({rate:,.1f} samples/s)"
-    if reasons:
-        caption += "; failures: " + ", ".join(f"{r}={k}" for r, k in sorted(reasons.items()))
+    if tally.reasons:
+        caption += "; failures: " + ", ".join(f"{r}={k}" for r, k in sorted(tally.reasons.items()))
     table.caption = caption
     return table
 
@@ -159,7 +181,8 @@ def _summary_table(records_out: list[dict[str, Any]], elapsed: float):
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write one JSON line per input line: the record plus score, status, extra. Default: ROLLOUTS.scored.jsonl",
+    help="Write one JSON line per input line: the record plus score, status, extra and input_line. "
+    "Default: ROLLOUTS.scored.jsonl",
 )
 @click.option(
     "-c",
@@ -187,7 +210,21 @@ def _summary_table(records_out: list[dict[str, Any]], elapsed: float):
     type=click.IntRange(min=1),
     default=512,
     show_default=True,
-    help="Samples per engine call (the progress bar advances per chunk).",
+    help="Samples per engine call; results are written and flushed after each chunk.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the rows already in the output file (checked against the input's lines and uids) "
+    "and score only the lines after them.",
+)
+@click.option(
+    "--on-bad-line",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="A malformed input line: stop before scoring (fail), or write a failed row with reason "
+    "bad_input for it (skip).",
 )
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @click.option("--fail-on-error", is_flag=True, help="Exit with status 1 if any sample failed.")
@@ -199,17 +236,21 @@ def score(
     num_workers: int | None,
     timeout_s: float | None,
     chunk_size: int,
+    resume: bool,
+    on_bad_line: str,
     no_progress: bool,
     fail_on_error: bool,
 ) -> None:
     """Score stored rollouts (JSONL) and print a summary.
 
     Each line is a sample: `prompt`, `response`, `data_source`, `ground_truth` (or verl's
-    `reward_model: {ground_truth}`), optional `extra_info` and `uid`.
+    `reward_model: {ground_truth}`), optional `extra_info` and `uid`. Ctrl-C keeps what was
+    written (exit status 130); `--resume` carries on from there.
     """
     from rewardkit.config import load_config
     from rewardkit.engine import RewardEngine
     from rewardkit.errors import RewardKitError
+    from rewardkit.scorejob import score_file
 
     try:
         config = load_config(config_path)
@@ -220,49 +261,88 @@ def score(
         }
         if overrides:
             config = config.model_copy(update=overrides)
-        records = _read_records(rollouts)
-        samples = _validate(records, rollouts)
     except RewardKitError as e:
         raise click.ClickException(str(e)) from None
     output = output or rollouts.with_suffix(".scored.jsonl")
     console = _console(stderr=True)
     start = time.perf_counter()
-    records_out: list[dict[str, Any]] = []
-    try:
-        with RewardEngine(config) as engine:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-            with Progress(
-                TextColumn("scoring"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[rate]}"),
-                console=console,
-                disable=no_progress,
-                transient=False,
-            ) as progress:
-                task = progress.add_task("score", total=len(samples), rate="")
-                for lo in range(0, len(samples), chunk_size):
-                    chunk = samples[lo : lo + chunk_size]
-                    result = engine.compute(chunk)
-                    for rec, res in zip(records[lo : lo + chunk_size], result.samples, strict=True):
-                        records_out.append({**rec, **res.to_dict()})
-                    done = lo + len(chunk)
-                    rate = done / max(time.perf_counter() - start, 1e-9)
-                    progress.update(task, completed=done, rate=f"{rate:,.0f} samples/s")
+    progress = Progress(
+        TextColumn("scoring"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[rate]}"),
+        console=console,
+        disable=no_progress,
+        transient=False,
+    )
+    task = progress.add_task("score", total=None, rate="")
+    first: list[int] = []
+
+    def advance(done: int, total: int) -> None:
+        if not first:
+            first.append(done)
+            progress.reset(task, total=total, completed=done)
+        new = done - first[0]
+        rate = new / max(time.perf_counter() - start, 1e-9)
+        progress.update(task, completed=done, rate=f"{rate:,.0f} samples/s")
+
+    engine = None
+    try:
+        with progress:
+            engine = RewardEngine(config)
+            tally = score_file(
+                engine,
+                rollouts,
+                output,
+                chunk_size=chunk_size,
+                on_bad_line=on_bad_line,
+                resume=resume,
+                progress=advance,
+            )
+    except KeyboardInterrupt:
+        written = progress.tasks[0].completed if progress.tasks else 0
+        click.echo(
+            f"interrupted: {int(written)} line(s) scored and written to {output}; "
+            "run again with --resume to score the rest",
+            err=True,
+        )
+        _close_quietly(engine)
+        sys.exit(130)
     except RewardKitError as e:
+        _close_quietly(engine)
         raise click.ClickException(str(e)) from None
+    except BaseException:
+        _close_quietly(engine)
+        raise
+    _close_quietly(engine)
     elapsed = time.perf_counter() - start
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        for rec in records_out:
-            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     out_console = _console()
-    out_console.print(_summary_table(records_out, elapsed))
-    out_console.print(f"wrote {len(records_out)} scored samples to {output}")
-    if fail_on_error and any(r["status"] == "failed" for r in records_out):
+    out_console.print(_summary_table(tally, elapsed))
+    out_console.print(f"wrote {tally.rows} scored samples to {output}")
+    if fail_on_error and sum(c["failed"] for c in tally.counts.values()):
         sys.exit(1)
+
+
+def _close_quietly(engine) -> None:
+    """Close the engine; a second Ctrl-C while closing only skips the rest of the clean-up."""
+    if engine is None:
+        return
+    try:
+        engine.close()
+    except KeyboardInterrupt:
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,13 +387,15 @@ def migrate_config(old: Path, output: Path | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _attach_extra_commands() -> None:
-    try:
-        from rewardkit.server import serve_command
-    except ImportError:  # pragma: no cover - server module absent
-        pass
-    else:
-        cli.add_command(serve_command, "serve")
+_plugins_attached = False
+
+
+def _attach_plugin_commands() -> None:
+    """Let plugins add their commands (once); they can never replace a built-in one."""
+    global _plugins_attached
+    if _plugins_attached:
+        return
+    _plugins_attached = True
     from rewardkit.plugins import get_registries
 
     regs = get_registries()
@@ -323,9 +405,18 @@ def _attach_extra_commands() -> None:
             impl.function(cli=cli)
         except Exception as e:  # a broken plugin must not take the CLI down
             click.echo(f"warning: plugin {impl.plugin_name!r} failed to add its commands: {e}", err=True)
-        clobbered = sorted(n for n, cmd in builtin.items() if cli.commands.get(n) is not cmd)
+        clobbered = sorted(
+            n
+            for n in cli.commands
+            if (n in _LAZY_COMMANDS and n not in builtin)
+            or (n in builtin and cli.commands[n] is not builtin[n])
+        )
         if clobbered:
-            cli.commands.update({n: builtin[n] for n in clobbered})
+            for n in clobbered:
+                if n in builtin:
+                    cli.commands[n] = builtin[n]
+                else:
+                    del cli.commands[n]
             click.echo(
                 f"warning: plugin {impl.plugin_name!r} tried to replace rewardkit command(s) "
                 f"{', '.join(clobbered)}; kept rewardkit's",
@@ -335,7 +426,6 @@ def _attach_extra_commands() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``rewardkit`` console script."""
-    _attach_extra_commands()
     cli.main(args=argv, prog_name="rewardkit")
 
 

@@ -222,7 +222,7 @@ class RewardConfig(_Model):
 
     num_workers: int | None = Field(None, ge=1, description="worker processes / actors; default: CPU count")
     executor: str = Field(
-        "auto", description="inline | process | ray | auto (process, or inline where it cannot be imported)"
+        "auto", description="inline | process | ray | auto (inline for cheap built-ins, else process)"
     )
     timeout_s: float | None = Field(30.0, gt=0, description="per-sample deadline; the work is killed past it")
     batch_timeout_s: float | None = Field(None, gt=0, description="deadline for a whole batch")

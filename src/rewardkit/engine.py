@@ -9,10 +9,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rewardkit.batch import Sample, to_samples
+from rewardkit.batch import Sample
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor
+from rewardkit.gcpause import batch_size, paused_gc
+from rewardkit.inputs import as_samples
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
 from rewardkit.result import RewardResult
@@ -31,10 +33,15 @@ class RewardEngine:
     ``compute`` (from any thread) and ``acompute`` (from any event loop) both run the work on the
     engine's own event loop, so one loop only ever touches its workers and HTTP sessions. Close the
     engine (or use ``with``) to stop workers.
+    All take records, TRL-style columns or a verl ``DataProto`` (decoded with ``tokenizer``, given
+    here or per call; see :mod:`rewardkit.inputs`).
     """
 
-    def __init__(self, config: ConfigLike = None, *, registries: Registries | None = None):
+    def __init__(
+        self, config: ConfigLike = None, *, registries: Registries | None = None, tokenizer: Any = None
+    ):
         self.config = load_config(config)
+        self.tokenizer = tokenizer
         self.registries = registries or get_registries(self.config.plugins)
         self._executor: Executor | None = None
         self._backend = None
@@ -49,7 +56,7 @@ class RewardEngine:
             self.registries.scorers.get(self.config.default_scorer)
         if self.config.reward_model.enable:
             self._backend_cls = self.registries.backends.get(self.config.reward_model.backend)
-        self._executor_cls = self.registries.executors.get(self._executor_name())
+        self._executor_cls = self.registries.executors.get(self.config.executor)
 
     # -- building the parts ----------------------------------------------------------------------
     def _resolve_manager_class(self) -> type[RewardManager]:
@@ -63,14 +70,6 @@ class RewardEngine:
                 raise ConfigError(f"reward_manager {where}:{name} is not a rewardkit RewardManager subclass")
             return cls
         return self.registries.managers.get(rm.name)
-
-    def _executor_name(self) -> str:
-        name = self.config.executor
-        if name == "auto":
-            from importlib.util import find_spec
-
-            return "process" if find_spec("rewardkit.executors.process") else "inline"
-        return name
 
     @property
     def executor(self) -> Executor:
@@ -130,30 +129,37 @@ class RewardEngine:
         return self._servers.sleep() if self._servers is not None else {}
 
     # -- scoring ---------------------------------------------------------------------------------
-    async def acompute(self, samples: Iterable[Any]) -> RewardResult:
-        """Score a batch (dicts, JSONL records or :class:`Sample`); awaits the engine's loop doing it."""
+    async def acompute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
+        """Score a batch and await it from any event loop (the work runs on the engine's loop): records
+        (dicts, :class:`Sample`), TRL-style ``{"prompts", "completions", ...}`` columns, or a verl
+        ``DataProto`` (decoded with ``tokenizer``, default the engine's)."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
         loop = self._ensure_loop()
         if asyncio.get_running_loop() is loop.loop:
-            return await self._score(samples)
-        return await loop.arun(self._score(samples))
+            return await self._score(samples, tokenizer)
+        return await loop.arun(self._score(samples, tokenizer))
 
-    def compute(self, samples: Iterable[Any]) -> RewardResult:
+    def compute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
-        return self._ensure_loop().run(self._score(samples))
+        with paused_gc(batch_size(samples)):  # the caller waits anyway: no full collections meanwhile
+            return self._ensure_loop().run(self._score(samples, tokenizer))
 
-    def submit(self, samples: Iterable[Any]) -> concurrent.futures.Future[RewardResult]:
+    def submit(
+        self, samples: Iterable[Any] | Any, *, tokenizer: Any = None
+    ) -> concurrent.futures.Future[RewardResult]:
         """Start scoring a batch on the engine's loop and return at once; the result as a future."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
-        return self._ensure_loop().submit(self._score(samples))
+        return self._ensure_loop().submit(self._score(samples, tokenizer))
 
-    async def _score(self, samples: Iterable[Any]) -> RewardResult:
+    async def _score(self, samples: Iterable[Any] | Any, tokenizer: Any = None) -> RewardResult:
         """Score a batch; runs on the engine's loop."""
-        batch: list[Sample] = to_samples(samples)
+        batch: list[Sample] = as_samples(
+            samples, tokenizer=tokenizer if tokenizer is not None else self.tokenizer
+        )
         start = time.perf_counter()
         manager = self.manager
         backend = self.backend
@@ -191,6 +197,11 @@ class RewardEngine:
         if self._closed:
             return
         self._closed = True
+        if self._loop is not None:
+            try:  # a batch cancelled by Ctrl-C finishes cancelling before the loop goes
+                self._loop.submit(_cancel_pending()).result(timeout=10)
+            except Exception:  # noqa: BLE001 - closing goes on regardless
+                pass
         if self._manager is not None and self._loop is not None:
             self._loop.run(self._manager.aclose())
         if self._backend is not None:
@@ -223,13 +234,10 @@ class RewardEngine:
         await self.aclose()
 
 
-def compute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:
-    """Score a batch once: ``rewardkit.compute(samples, config)``. Use :class:`RewardEngine` for repeated calls."""
-    with RewardEngine(config) as engine:
-        return engine.compute(samples)
-
-
-async def acompute(samples: Iterable[Any], config: ConfigLike = None) -> RewardResult:
-    """Async :func:`compute`."""
-    async with RewardEngine(config) as engine:
-        return await engine.acompute(samples)
+async def _cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait for them to finish."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

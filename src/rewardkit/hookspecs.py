@@ -31,6 +31,7 @@ class RegisterScorer(Protocol):
         name: str | None = None,
         data_sources: list[str] | tuple[str, ...] = (),
         batch: bool = False,
+        cheap: bool = False,
     ) -> None: ...
 
 
@@ -49,7 +50,9 @@ def register_scorers(register: RegisterScorer) -> None:
         pickles) so that it can run in worker processes and Ray actors. ``name`` defaults to
         ``fn.__name__``. ``data_sources`` routes samples to it: exact names or shell-style patterns
         such as ``"aime*"``. With ``batch=True`` the function takes lists (``responses``,
-        ``ground_truths``, ...) and returns a list.
+        ``ground_truths``, ...) and returns a list. ``cheap=True`` declares it pure, fast and unable
+        to hang or crash (no I/O, no subprocesses, no unbounded work): ``executor: auto`` then
+        scores batches of such scorers in this process, without a worker round trip.
 
     Calling convention: rewardkit passes the fields the function names, by keyword: ``prompt``,
     ``response`` (alias ``solution_str``), ``ground_truth``, ``data_source``, ``extra_info``,

@@ -247,14 +247,16 @@ class _Loader:
     def _scorer_register(self, regs: Registries, provider: str, info: PluginInfo):
         from rewardkit.scoring import ScorerSpec, ref_of
 
-        def register(fn, name=None, data_sources=(), batch=False):
+        def register(fn, name=None, data_sources=(), batch=False, cheap=False):
             if not callable(fn):
                 raise TypeError(f"register_scorers: {fn!r} is not callable")
             if isinstance(data_sources, str):
                 data_sources = (data_sources,)
             name = name or getattr(fn, "__name__", None)
             spec = ScorerSpec(name, fn, ref_of(fn), tuple(data_sources), bool(batch), provider)
-            regs.scorers.add(name, spec, provider, data_sources=tuple(data_sources), batch=bool(batch))
+            regs.scorers.add(
+                name, spec, provider, data_sources=tuple(data_sources), batch=bool(batch), cheap=bool(cheap)
+            )
             info.registered.setdefault("scorers", []).append(name)
 
         return register

@@ -25,6 +25,7 @@ FAILURE_REASONS = (
     "invalid_total",  # the weighted sum of finite components is inf or nan
     "sandbox_unavailable",  # the code sandbox's isolation cannot be had on this machine
     "unroutable",  # no scorer applies (unknown / missing data_source, or a query without its prompt)
+    "bad_input",  # `rewardkit score --on-bad-line=skip`: the input line was not a usable sample
 )
 
 
@@ -170,26 +171,30 @@ class RewardResult:
 
             mask = response_mask.to(torch.long)
             out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-            lengths = mask.sum(dim=-1)
-            for i, s in enumerate(scores):
-                n = int(lengths[i])
-                if n == 0:
-                    self.empty_response_indices.append(i)
-                    continue
-                last = int(torch.nonzero(mask[i]).max())
-                out[i, last] = s
+            has = mask.sum(dim=-1) != 0
+            rows = torch.nonzero(has).flatten()
+            self.empty_response_indices = torch.nonzero(~has).flatten().tolist()
+            if rows.numel():  # then the width is > 0; `last` is the index of the last nonzero entry
+                positions = torch.arange(1, mask.shape[-1] + 1, dtype=torch.int32, device=mask.device)
+                last = (torch.where(mask != 0, positions, 0).amax(dim=-1) - 1).long()
+                values = torch.tensor(scores, dtype=torch.float32, device=mask.device)
+                out[rows, last[rows]] = values[rows]
             return out
         if kind == "numpy":
             import numpy as np
 
             mask = np.asarray(response_mask)
             out = np.zeros(mask.shape, dtype=np.float32)
-            for i, s in enumerate(scores):
-                nz = np.flatnonzero(mask[i])
-                if nz.size == 0:
-                    self.empty_response_indices.append(i)
-                    continue
-                out[i, nz[-1]] = s
+            width = mask.shape[-1] if mask.ndim == 2 else 0
+            if width:
+                last = width - 1 - np.argmax((mask != 0)[:, ::-1], axis=-1)
+                has = (mask != 0).any(axis=-1)
+            else:
+                last, has = np.zeros(len(mask), dtype=np.int64), np.zeros(len(mask), dtype=bool)
+            rows = np.flatnonzero(has)
+            self.empty_response_indices = np.flatnonzero(~has).tolist()
+            if rows.size:
+                out[rows, last[rows]] = np.asarray(scores, dtype=np.float32)[rows]
             return out
         rows = []
         for i, s in enumerate(scores):

@@ -295,9 +295,17 @@ def to_result(value: Any) -> SampleResult:
 
 def error_result(exc: BaseException) -> SampleResult:
     """A ``failed`` result for an exception a scorer raised, with the last frames of its traceback."""
-    tb = traceback.extract_tb(exc.__traceback__)[-3:]
-    where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in tb)
-    msg = f"{type(exc).__name__}: {exc}"
+    try:
+        tb = traceback.extract_tb(exc.__traceback__)[-3:]
+        where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in tb)
+    except Exception:  # noqa: BLE001 - a traceback that cannot be read is left out
+        where = ""
+    try:
+        msg = f"{type(exc).__name__}: {exc}"
+    except BaseException as e:  # noqa: BLE001 - its __str__ raised: fail the sample, not the batch
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        msg = f"{type(exc).__name__} (its message could not be formatted: {type(e).__name__})"
     return SampleResult.failed("error", f"{msg} (at {where})" if where else msg)
 
 

@@ -217,7 +217,7 @@ def score_samples(
     be imported by a worker process.
     """
     from rewardkit.config import load_config
-    from rewardkit.engine import compute
+    from rewardkit.engine_cache import compute
 
     if config is None or isinstance(config, dict):
         data = dict(config or {})

@@ -65,10 +65,10 @@ def test_score_bad_input_names_the_record_and_field(setup):
     rollouts.write_text('{"response": "1"}\n{"response": 5}\n')
     res = CliRunner().invoke(cli, ["score", str(rollouts), "-c", str(config)])
     assert res.exit_code == 1
-    assert "record 2: sample 1, field 'response': must be a string, got int" in res.output
+    assert "rollouts.jsonl: line 2: field 'response': must be a string, got int" in res.output
     rollouts.write_text('{"response": "1"}\nnot json\n')
     res = CliRunner().invoke(cli, ["score", str(rollouts), "-c", str(config)])
-    assert res.exit_code == 1 and "rollouts.jsonl:2: not valid JSON" in res.output
+    assert res.exit_code == 1 and "rollouts.jsonl: line 2: not valid JSON" in res.output
 
 
 def test_score_bad_config_and_unknown_data_source(setup, tmp_path):

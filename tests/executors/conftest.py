@@ -84,6 +84,17 @@ SCORERS = textwrap.dedent(
         return 1.0
 
 
+    def loaded(response):
+        import sys
+
+        return {"score": 1.0, "loaded": response in sys.modules}
+
+
+    def sleepy_where(response, extra_info):
+        time.sleep(extra_info["sleep"])
+        return {"score": 1.0, "pid": os.getpid()}
+
+
     _ONE_SLOT = None
 
 
@@ -130,6 +141,46 @@ SCORERS = textwrap.dedent(
         with open(extra_info["pidfile"], "w") as f:
             f.write(str(child.pid))
         time.sleep(3600)
+
+
+    def spawn_three(response, extra_info):
+        # Leaves a child in each shape running: same process group, new session (env cleared, so no
+        # marker to find it by), and a double-forked daemon in its own session that exec's with an
+        # empty environment. Writes their pids; hangs if asked to.
+        import subprocess
+
+        same = subprocess.Popen(["sleep", "600"])
+        session = subprocess.Popen(["sleep", "600"], start_new_session=True, env={})
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                os.execve("/usr/bin/sleep", ["sleep", "600"], {})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(w)
+        daemon = int(os.read(r, 64))
+        os.close(r)
+        with open(extra_info["pidfile"], "w") as f:
+            f.write(f"{same.pid} {session.pid} {daemon}")
+        if extra_info.get("hang"):
+            time.sleep(3600)
+        return 1.0
+
+
+    def daemonize(response, extra_info):
+        # double-forks extra_info["n"] daemons that exit at once: orphans the worker must reap
+        for _ in range(extra_info["n"]):
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        return {"score": 1.0, "pid": os.getpid()}
 
 
     def batch_good(solution_strs, ground_truths):

@@ -78,7 +78,7 @@ async def test_openrlhf_protocol(make_client, rk_config):
     assert body["extra_logs"]["failed"] == [0.0, 0.0, 1.0]
 
     # a bare query (old OpenRLHF clients send only "query"): the whole text is the response
-    resp = await client.post("/get_reward", json={"query": "42", "labels": ["42"]})
+    resp = await client.post("/get_reward", json={"query": ["42"], "labels": ["42"]})
     assert (await resp.json())["rewards"] == [1.0]
 
     # a query that does not contain its prompt fails alone (unroutable); the others are scored
@@ -308,7 +308,7 @@ async def test_load_nothing_lost_and_metrics(make_client, rk_config):
         if k.startswith('rewardkit_request_duration_seconds_bucket{endpoint="/v1/score"')
     ]
     assert buckets == sorted(buckets)  # cumulative
-    assert m["rewardkit_in_flight_requests"] == 1  # this /metrics request
+    assert m["rewardkit_in_flight_requests"] == 0  # /metrics and /health do not count themselves
 
 
 async def test_metrics_count_failures(make_client, rk_config):
@@ -408,7 +408,7 @@ def test_sigterm_finishes_the_in_flight_batch(tmp_path, scorer_path):
         batch = {"samples": [{"response": "SLEEP 2"}, {"response": "5", "ground_truth": "5"}]}
         thread = threading.Thread(target=lambda: slow.update(answer=_post(base + "/v1/score", batch)))
         thread.start()
-        while _get(base + "/health")["in_flight"] < 2:  # the slow batch and this health check
+        while _get(base + "/health")["in_flight"] < 1:  # the slow batch (not this health check)
             assert time.monotonic() < deadline and thread.is_alive()
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)

@@ -180,9 +180,11 @@ def test_plugin_adds_a_command(extra_plugins):
 def test_plugin_command_cannot_replace_a_builtin_command(tmp_path):
     (tmp_path / "rk_clash_plugin.py").write_text(CLASHING_CMD_PLUGIN)
     write_dist_info(tmp_path, "rewardkit-clash", "0.0.1", {"clash": "rk_clash_plugin"})
-    out = run_cli("score", "--help", pythonpath=tmp_path)
+    out = run_cli("score", "--help", pythonpath=tmp_path)  # built-ins never even load plugins
     assert "hijack" not in out.stdout and "Not rewardkit's score" not in out.stdout
+    out = run_cli("no-such-command", pythonpath=tmp_path)  # an unknown name loads plugin commands
     assert "clash" in out.stderr  # the refused command is reported
+    assert "No such command" in out.stderr
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> Path:

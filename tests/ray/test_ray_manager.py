@@ -185,6 +185,17 @@ def test_batch_deadline_fails_only_unfinished_samples(manager):
     assert elapsed < 3 * DEADLINE_S  # well before the sleeping samples could finish (4x the deadline)
 
 
+def test_batch_deadline_keeps_what_a_shard_scored_before_its_hang(manager):
+    """An inline worker stops its shard at the deadline itself and sends back what it finished."""
+    hang = {"response": "1", "ground_truth": "1", "extra_info": {"mode": "sleep", "seconds": 4 * DEADLINE_S}}
+    batch = [{"response": "1", "ground_truth": "1"}, hang, {"response": "1", "ground_truth": "1"}]
+    batch.append({"response": "2", "ground_truth": "1"})  # two shards: [ok, hang] and [ok, ok]
+    result = manager.compute(batch, batch_timeout_s=DEADLINE_S)
+    assert result.status == ["ok", "failed", "ok", "ok"], result.errors
+    assert result.scores[0] == 1.0 and result.scores[3] == 0.0
+    assert result.reasons[1] == "timeout" and "left running" in result.errors[1]
+
+
 def test_process_executor_inside_a_worker_kills_hangs_and_contains_crashes(ray_cluster, crf):
     from rewardkit.ray import RewardLoopManager
 

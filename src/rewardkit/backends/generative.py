@@ -1,12 +1,13 @@
 """The ``generative`` RM backend: an LLM judge behind an OpenAI-compatible HTTP server.
 
 Each sample is rendered through a judge template (:mod:`~rewardkit.backends.judge_templates`),
-sent to ``/v1/chat/completions`` or ``/v1/completions`` through the shared
-:class:`~rewardkit.backends.http.HTTPCore`, and the judge's text is turned into a score by a
-parser (:mod:`~rewardkit.backends.judge_parsers`), range-checked and normalised. Identical
-requests in a batch are sent once; an optional SQLite cache (:mod:`~rewardkit.backends.judge_cache`)
-answers requests already judged. Settings live in ``reward_model.rollout`` (see
-:class:`GenerativeSettings` and docs/judge.md).
+sent to ``/v1/chat/completions`` or ``/v1/completions`` of one of the judge's replicas through
+the shared :class:`~rewardkit.backends.http.HTTPCore`, and the judge's text is turned into a score
+by a parser (:mod:`~rewardkit.backends.judge_parsers`), range-checked and normalised. An
+unparseable or cut-off judgement is asked again (``reask``, on by default when sampling with a
+temperature above 0) before it becomes ``unparseable``. Identical requests in a batch are sent
+once; an optional SQLite cache (:mod:`~rewardkit.backends.judge_cache`) answers requests already
+judged. Settings live in ``reward_model.rollout`` (:class:`GenerativeSettings`, docs/judge.md).
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
-
+from rewardkit.backends.generative_settings import GenerativeSettings
 from rewardkit.backends.http import (
     TIMED_OUT,
     HTTPBackend,
-    HTTPSettings,
     RequestFailed,
     gather_with_deadline,
     parse_settings,
@@ -38,51 +37,10 @@ from rewardkit.errors import ConfigError
 from rewardkit.result import SampleResult
 from rewardkit.runtime.dedup import unique_slots
 
+__all__ = ["GenerativeRM", "GenerativeSettings"]
 
-class GenerativeSettings(HTTPSettings):
-    """``reward_model.rollout`` for the ``generative`` backend (HTTP settings plus the judge's)."""
-
-    model: str | None = Field(
-        None, description="model name sent to the server; default reward_model.model_path"
-    )
-    api: Literal["chat", "completions"] = Field("chat", description="/v1/chat/completions or /v1/completions")
-    temperature: float = Field(0.0, ge=0)
-    max_tokens: int = Field(512, ge=1, description="judge's answer length (also reserved from context)")
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: list[str] | None = None
-    seed: int | None = None
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
-    template: str = Field("rubric", description="built-in template name or a literal template")
-    system_prompt: str | None = Field(None, description="overrides the template's system text")
-    parser: str | dict[str, Any] | None = Field(None, description="default: the template's parser")
-    score_range: tuple[float, float] | None = Field(None, description="default: the template's range")
-    normalize_to: tuple[float, float] | None = Field((0.0, 1.0), description="null keeps the raw score")
-    context_length: int | None = Field(None, gt=0, description="judge context in tokens")
-    chars_per_token: float = Field(3.0, gt=0, description="used with context_length to budget characters")
-    max_prompt_chars: int | None = Field(
-        None, gt=0, description="character budget (overrides context_length)"
-    )
-    truncate: Literal["middle", "tail"] = "middle"
-    cache_path: str | None = Field(None, description="SQLite file caching judge answers")
-    dedup: bool = True
-
-    @model_validator(mode="after")
-    def _check_judge(self):
-        if self.context_length is not None and self.context_length <= self.max_tokens:
-            raise ValueError(
-                f"context_length ({self.context_length}) must exceed max_tokens ({self.max_tokens})"
-            )
-        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
-            raise ValueError(f"score_range must be [low, high] with low < high, got {list(self.score_range)}")
-        return self
-
-    def prompt_budget(self) -> int | None:
-        """Characters the rendered prompt may take."""
-        if self.max_prompt_chars is not None:
-            return self.max_prompt_chars
-        if self.context_length is not None:
-            return int((self.context_length - self.max_tokens) * self.chars_per_token)
-        return None
+#: Characters of the rendered prompt that routing is sticky on (the part a prefix cache shares).
+STICKY_PREFIX_CHARS = 256
 
 
 @dataclass
@@ -91,6 +49,7 @@ class _Job:
     payload: dict[str, Any]
     truncated: int
     est_tokens: float
+    prefix: str = ""  # routing key
     slot: str = ""  # what dedup groups by: the key, or key + index with dedup off
 
 
@@ -98,11 +57,15 @@ class _Job:
 class _Answer:
     text: str | None = None
     retries: int = 0
+    attempts: int = 0
     latency_s: float = 0.0
     cached: bool = False
     failure: tuple[str, str] | None = None
     usage: tuple[int, int] = (0, 0)
     cut_off: bool = False  # the judge stopped at max_tokens (finish_reason "length")
+    replica: str = ""
+    kind: str = "ok"  # what the last attempt ran into
+    reasks: int = 0
 
 
 def _count(value: Any) -> int:
@@ -119,7 +82,7 @@ class GenerativeRM(HTTPBackend):
     ``ascore`` never raises for one sample: each ends ``ok`` or ``failed`` with reason ``http``,
     ``timeout``, ``circuit_open``, ``unparseable``, ``input_too_large`` or ``error`` (a template
     field the sample lacks). Per-sample extra: ``judge_text``, ``latency_s``, ``retries``,
-    ``cached``, ``truncated`` (characters cut from the response).
+    ``attempts``, ``reasks``, ``replica``, ``final_reason``, ``cached``, ``truncated``.
     """
 
     name = "generative"
@@ -136,7 +99,7 @@ class GenerativeRM(HTTPBackend):
         self.template = get_template(s.template)
         self.parse = build_parser(s.parser if s.parser is not None else self.template.parser)
         self.score_range = s.score_range if "score_range" in s.model_fields_set else self.template.score_range
-        self.url = s.base_url.rstrip("/") + ("/v1/chat/completions" if s.api == "chat" else "/v1/completions")
+        self.path = "/v1/chat/completions" if s.api == "chat" else "/v1/completions"
         self._cache: JudgeCache | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -189,7 +152,8 @@ class GenerativeRM(HTTPBackend):
             payload["prompt"] = f"{rendered.system}\n\n{rendered.user}" if rendered.system else rendered.user
         key = cache_key({"api": s.api, "template": self.template.identity, "request": payload})
         est = rendered.chars / s.chars_per_token + s.max_tokens
-        return _Job(key, payload, rendered.truncated, est)
+        prefix = ((rendered.system or "") + "\n" + rendered.user)[:STICKY_PREFIX_CHARS]
+        return _Job(key, payload, rendered.truncated, est, prefix)
 
     def _text_of(self, data: Any) -> tuple[str, bool]:
         """The completion text, and whether the judge was cut off at ``max_tokens``."""
@@ -202,14 +166,16 @@ class GenerativeRM(HTTPBackend):
             raise ValueError(f"the judge's completion text is {type(text).__name__}, not a string")
         return text, isinstance(choice, dict) and choice.get("finish_reason") == "length"
 
-    async def _ask(self, job: _Job, deadline: float | None) -> _Answer:
+    async def _ask_once(self, job: _Job, deadline: float | None) -> _Answer:
         reply = await self.http.post_json(
-            self.url, job.payload, cost_tokens=job.est_tokens, deadline=deadline
+            self.path, job.payload, cost_tokens=job.est_tokens, deadline=deadline, key=job.prefix
         )
         try:
             text, cut_off = self._text_of(reply.data)
         except ValueError as e:
-            raise RequestFailed("http", str(e), reply.retries, reply.latency_s) from None
+            raise RequestFailed(
+                "http", str(e), reply.retries, reply.latency_s, reply.replica, "no_text"
+            ) from None
         usage = reply.data.get("usage") if isinstance(reply.data, dict) else None
         pt = ct = 0
         if isinstance(usage, dict):  # odd usage values cost the accounting, never the judgement
@@ -217,8 +183,41 @@ class GenerativeRM(HTTPBackend):
             self.metrics_.add(prompt_tokens=pt, completion_tokens=ct)
             self.http.settle_tokens(job.est_tokens, pt + ct)
         return _Answer(
-            text=text, retries=reply.retries, latency_s=reply.latency_s, usage=(pt, ct), cut_off=cut_off
+            text=text,
+            retries=reply.retries,
+            attempts=reply.attempts,
+            latency_s=reply.latency_s,
+            usage=(pt, ct),
+            cut_off=cut_off,
+            replica=reply.replica,
         )
+
+    async def _ask(self, job: _Job, deadline: float | None) -> _Answer:
+        """Ask the judge, and ask again (up to ``max_reasks``) while the answer is unparseable or cut off."""
+        start = time.monotonic()
+        spent = 0  # attempts of earlier asks
+        budget = self.settings.reasks()
+        for n in range(budget + 1):
+            try:
+                ans = await self._ask_once(job, deadline)
+            except RequestFailed as e:
+                e.retries += spent
+                e.latency_s = time.monotonic() - start if spent else e.latency_s
+                raise
+            ans.attempts += spent
+            ans.retries = ans.attempts - 1
+            ans.reasks = n
+            ans.latency_s = time.monotonic() - start if spent else ans.latency_s
+            problem = (
+                "cut_off" if ans.cut_off else ("unparseable" if self._score(ans.text or "")[1] else None)
+            )
+            ans.kind = problem or "ok"
+            late = deadline is not None and time.monotonic() >= deadline
+            if problem is None or n == budget or late:
+                return ans
+            spent = ans.attempts
+            self.metrics_.add(reasks=1)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _cache_call(self, fn, arg):
         """A cache read or write; a broken cache file warns and counts (``cache/errors``) but scores on."""
@@ -250,15 +249,36 @@ class GenerativeRM(HTTPBackend):
             raise RuntimeError("GenerativeRM is closed")
         if not samples:
             return []
-        s = self.settings
         start = time.monotonic()
-        deadline = None if s.deadline_s is None else start + s.deadline_s
+        deadline = None if self.settings.deadline_s is None else start + self.settings.deadline_s
         results: list[SampleResult | None] = [None] * len(samples)
+        jobs = self._jobs(samples, results)
+        live = [j for j in jobs if j is not None]
+        unique = {j.slot: j for j in unique_slots(live, key=lambda j: j.slot)[0]}
+        answers = await self._cached_answers(unique)
+        todo = [j for slot, j in unique.items() if slot not in answers]
+        self.metrics_.add(
+            cache_hits=len(unique) - len(todo), dedup_saved=sum(j is not None for j in jobs) - len(unique)
+        )
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        outcomes = await gather_with_deadline([self._ask(j, deadline) for j in todo], remaining)
+        fresh: list[tuple[str, str, CachedJudgement]] = []
+        for job, out in zip(todo, outcomes, strict=True):
+            ans = answers[job.slot] = self._answer_of(out, start)
+            # Only answers that score are kept: an unparseable or cut-off one is asked again next time.
+            if ans.failure is None and ans.kind == "ok":
+                fresh.append((job.key, self.model, CachedJudgement(ans.text or "", *ans.usage)))
+        if self.cache is not None and fresh:
+            await self._cache_call(self.cache.put_many, fresh)
+        return self._finish(jobs, answers, results)
+
+    def _jobs(self, samples: Sequence[Sample], results: list[SampleResult | None]) -> list[_Job | None]:
+        """One request per sample; a sample whose request cannot be built gets its failure in ``results``."""
         jobs: list[_Job | None] = [None] * len(samples)
         for i, sample in enumerate(samples):
             try:
                 job = jobs[i] = self._request(sample)
-                job.slot = job.key if s.dedup else f"{job.key}:{i}"
+                job.slot = job.key if self.settings.dedup else f"{job.key}:{i}"
             except TemplateFieldMissing as e:
                 results[i] = SampleResult.failed("error", str(e))
             except PromptTooLong as e:
@@ -267,53 +287,46 @@ class GenerativeRM(HTTPBackend):
                 results[i] = SampleResult.failed(
                     "error", f"cannot build the judge request: {type(e).__name__}: {e}"
                 )
+        return jobs
 
-        live = [j for j in jobs if j is not None]
-        unique = {j.slot: j for j in unique_slots(live, key=lambda j: j.slot)[0]}
-        n_jobs = sum(j is not None for j in jobs)
+    async def _cached_answers(self, unique: dict[str, _Job]) -> dict[str, _Answer]:
         answers: dict[str, _Answer] = {}
         cache = self.cache
         if cache is not None and unique:
             hits = await self._cache_call(cache.get_many, [j.key for j in unique.values()]) or {}
             for slot, j in unique.items():
                 if j.key in hits:
-                    answers[slot] = _Answer(text=hits[j.key].text, cached=True)
-        todo = [j for slot, j in unique.items() if slot not in answers]
-        self.metrics_.add(cache_hits=len(unique) - len(todo), dedup_saved=n_jobs - len(unique))
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        outcomes = await gather_with_deadline([self._ask(j, deadline) for j in todo], remaining)
-        fresh: list[tuple[str, str, CachedJudgement]] = []
-        for job, out in zip(todo, outcomes, strict=True):
-            if out is TIMED_OUT:
-                answers[job.slot] = _Answer(
-                    failure=(
-                        "timeout",
-                        f"batch deadline of {s.deadline_s}s passed before the judge answered",
-                    ),
-                    latency_s=time.monotonic() - start,
-                )
-            elif isinstance(out, RequestFailed):
-                answers[job.slot] = _Answer(
-                    failure=(out.reason, out.message), retries=out.retries, latency_s=out.latency_s
-                )
-            elif isinstance(out, BaseException):
-                answers[job.slot] = _Answer(failure=("error", f"{type(out).__name__}: {out}"))
-            else:
-                answers[job.slot] = out
-                # Only answers that score are kept: an unparseable or cut-off one is asked again next time.
-                if not out.cut_off and self._score(out.text or "")[1] is None:
-                    fresh.append((job.key, self.model, CachedJudgement(out.text or "", *out.usage)))
-        if cache is not None and fresh:
-            await self._cache_call(cache.put_many, fresh)
+                    answers[slot] = _Answer(text=hits[j.key].text, cached=True, kind="cached")
+        return answers
 
+    def _answer_of(self, out: Any, start: float) -> _Answer:
+        if out is TIMED_OUT:
+            msg = f"batch deadline of {self.settings.deadline_s}s passed before the judge answered"
+            return _Answer(failure=("timeout", msg), latency_s=time.monotonic() - start, kind="deadline")
+        if isinstance(out, RequestFailed):
+            return _Answer(
+                failure=(out.reason, out.message),
+                retries=out.retries,
+                attempts=out.attempts,
+                latency_s=out.latency_s,
+                replica=out.replica,
+                kind=out.kind,
+            )
+        if isinstance(out, BaseException):
+            return _Answer(failure=("error", f"{type(out).__name__}: {out}"), kind="error")
+        return out
+
+    def _finish(
+        self, jobs: list[_Job | None], answers: dict[str, _Answer], results: list[SampleResult | None]
+    ) -> list[SampleResult]:
         for i, job in enumerate(jobs):
             if job is None:
                 self.metrics_.sample(results[i].reason, None)  # type: ignore[union-attr]
                 continue
             ans = answers[job.slot]
-            results[i] = self._result(job, ans)
+            res = results[i] = self._result(job, ans)
             # a cache hit has no request latency: left out, it does not drag the percentiles to 0
-            self.metrics_.sample(results[i].reason, None if ans.cached else ans.latency_s)  # type: ignore[union-attr]
+            self.metrics_.sample(res.reason, None if ans.cached else ans.latency_s)
             if job.truncated:
                 self.metrics_.add(truncated=1)
             if ans.cut_off:
@@ -321,9 +334,13 @@ class GenerativeRM(HTTPBackend):
         return results  # type: ignore[return-value]
 
     def _result(self, job: _Job, ans: _Answer) -> SampleResult:
-        extra = {
+        extra: dict[str, Any] = {
             "latency_s": round(ans.latency_s, 6),
             "retries": ans.retries,
+            "attempts": ans.attempts,
+            "reasks": ans.reasks,
+            "replica": ans.replica,
+            "final_reason": ans.kind,
             "cached": ans.cached,
             "truncated": job.truncated,
         }

@@ -1,197 +1,70 @@
 """The async HTTP client core shared by the ``generative`` judge and the ``remote`` RM backends.
 
-One :class:`HTTPCore` per backend holds, per event loop, an ``aiohttp`` session with a connection
-cap and an adaptive limit on the requests in flight (halved on 429); optional requests- and tokens-per-minute
-budgets; a :class:`CircuitBreaker`; and :class:`BackendMetrics`. :meth:`HTTPCore.post_json` sends
-one JSON request with retries where they can help (connection errors, timeouts, 408, 429, 5xx;
-exponential backoff with full jitter, honouring ``Retry-After``) and raises :class:`RequestFailed`
-with a failure reason from :data:`rewardkit.result.FAILURE_REASONS` when it gives up.
-:func:`gather_with_deadline` runs a batch of such calls under one overall deadline.
+One :class:`HTTPCore` per backend sends JSON requests to one or more replicas of a server
+(``base_url`` may be a list). Per replica: a :class:`~rewardkit.runtime.breaker.CircuitBreaker`
+that opens only when the server is really down, and an adaptive in-flight limit
+(:mod:`rewardkit.runtime.concurrency`); routing is least-loaded and sticky by prompt prefix
+(:mod:`~rewardkit.backends.replicas`). :meth:`HTTPCore.post_json` retries what can help
+(connection errors, timeouts, 408, 429, 5xx, a 2xx whose body is not JSON) with full-jitter
+backoff, honouring ``Retry-After``, on another replica when there is one, bounded by the batch
+deadline and ``max_retries``; it raises :class:`RequestFailed` with a failure reason from
+:data:`rewardkit.result.FAILURE_REASONS` when it gives up. Optional requests- and tokens-per-minute
+budgets; :class:`BackendMetrics`; :func:`gather_with_deadline` runs a batch under one deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import email.utils
 import json
 import math
-import os
 import random
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardkit.backends.base import RMBackend
-from rewardkit.errors import ConfigError
+from rewardkit.backends.http_metrics import BackendMetrics, LatencyWindow, percentile
+from rewardkit.backends.http_reply import (
+    TIMED_OUT,
+    Reply,
+    RequestFailed,
+    gather_with_deadline,
+    parse_retry_after,
+    server_message,
+)
+from rewardkit.backends.http_session import LoopSessions, LoopState
+from rewardkit.backends.http_settings import HTTPSettings, parse_settings
+from rewardkit.backends.replicas import CircuitOpen, Lease, Replica, Router
+from rewardkit.runtime.breaker import CircuitBreaker
 from rewardkit.runtime.budget import judge_slot
+from rewardkit.runtime.concurrency import AdaptiveLimit
 
 if TYPE_CHECKING:
     from rewardkit.config import RewardModelConfig
 
+__all__ = [
+    "TIMED_OUT",
+    "AdaptiveLimit",
+    "BackendMetrics",
+    "CircuitBreaker",
+    "HTTPBackend",
+    "HTTPCore",
+    "HTTPSettings",
+    "RateLimiter",
+    "Reply",
+    "RequestFailed",
+    "gather_with_deadline",
+    "parse_retry_after",
+    "parse_settings",
+    "percentile",
+]
+
 RETRYABLE_STATUS = frozenset({408, 429})
-
-
-class HTTPSettings(BaseModel):
-    """Client settings common to the HTTP backends (``reward_model.rollout``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str = Field(description="server root, e.g. http://127.0.0.1:8000")
-    api_key: str | None = Field(None, description="bearer token sent as Authorization header")
-    api_key_env: str | None = Field(None, description="name of an environment variable holding the key")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
-    max_connections: int = Field(64, ge=1, description="TCP connection cap (aiohttp TCPConnector limit)")
-    max_in_flight: int = Field(64, ge=1, description="requests in flight at once")
-    rpm: float | None = Field(None, gt=0, description="requests-per-minute budget")
-    tpm: float | None = Field(None, gt=0, description="tokens-per-minute budget (estimated, then corrected)")
-    request_timeout_s: float = Field(60.0, gt=0, description="timeout of one HTTP attempt")
-    deadline_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
-    max_retries: int = Field(4, ge=0, description="retries per request after the first attempt")
-    backoff_base_s: float = Field(0.5, ge=0, description="first backoff ceiling; doubles per retry")
-    backoff_cap_s: float = Field(30.0, ge=0, description="largest backoff ceiling")
-    retry_after_cap_s: float = Field(60.0, ge=0, description="longest Retry-After honoured")
-    breaker_threshold: int = Field(5, ge=1, description="consecutive failures that open the circuit")
-    breaker_cooldown_s: float = Field(10.0, ge=0, description="how long the circuit stays open")
-    adaptive_concurrency: bool = Field(
-        True, description="halve the in-flight limit on 429, grow it back by one per round of successes"
-    )
-
-    @model_validator(mode="after")
-    def _check(self):
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.api_key_env is not None and not os.environ.get(self.api_key_env):
-            raise ValueError(
-                f"api_key_env names {self.api_key_env!r} but that environment variable is not set"
-            )
-        return self
-
-    def resolved_api_key(self) -> str | None:
-        """The API key, from ``api_key`` or the variable ``api_key_env`` names."""
-        if self.api_key:
-            return self.api_key
-        if self.api_key_env:
-            return os.environ.get(self.api_key_env)
-        return None
-
-
-def parse_settings(cls: type[BaseModel], data: dict[str, Any], backend: str) -> Any:
-    """Validate ``reward_model.rollout`` into ``cls``; raise :class:`ConfigError` with one line per problem."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        lines = [f"invalid reward_model.rollout for backend {backend!r}:"]
-        known = ", ".join(sorted(cls.model_fields))
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                import difflib
-
-                close = difflib.get_close_matches(str(err["loc"][-1]), list(cls.model_fields), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                lines.append(f"  rollout.{loc}: unknown key.{hint} Known keys: {known}.")
-            else:
-                lines.append(f"  rollout.{loc}: {err['msg']} (got {err.get('input')!r:.60})")
-        raise ConfigError("\n".join(lines)) from None
-
-
-class RequestFailed(Exception):
-    """A request that failed for good: ``reason`` is a failure reason, ``retries`` how many were spent."""
-
-    def __init__(self, reason: str, message: str, retries: int = 0, latency_s: float = 0.0):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.retries = retries
-        self.latency_s = latency_s
-
-
-@dataclass
-class Reply:
-    """A successful JSON reply, with the retries it took and the latency from first send to answer
-    (retries and backoff included, waiting for a free slot before the first send not)."""
-
-    data: Any
-    retries: int
-    latency_s: float
-    status: int = 200
-
-
-# ------------------------------------------------------------------------------------------------
-# Circuit breaker, rate limiter, metrics
-# ------------------------------------------------------------------------------------------------
-
-
-class CircuitBreaker:
-    """Consecutive failures open the circuit for ``cooldown_s``; then one probe decides (half-open).
-
-    :meth:`gate` answers ``"allow"`` (send; in half-open state this request is the probe),
-    ``"open"`` (fail now) or ``"wait"`` (a probe is in flight: ask again shortly).
-    """
-
-    def __init__(self, threshold: int, cooldown_s: float, clock=time.monotonic):
-        self.threshold = threshold
-        self.cooldown_s = cooldown_s
-        self.clock = clock
-        self.state = "closed"
-        self.failures = 0
-        self.opened_at = 0.0
-        self.times_opened = 0
-        self.last_error = ""
-        self._probe = False
-        self._lock = threading.Lock()
-
-    def gate(self) -> str:
-        """May a request go now? ``"allow"``, ``"open"`` or ``"wait"``."""
-        with self._lock:
-            if self.state == "closed":
-                return "allow"
-            if self.state == "open":
-                if self.clock() - self.opened_at < self.cooldown_s:
-                    return "open"
-                self.state = "half_open"
-                self._probe = False
-            if self._probe:
-                return "wait"
-            self._probe = True
-            return "allow"
-
-    def success(self) -> None:
-        """The server answered (any status that shows it is alive)."""
-        with self._lock:
-            self.failures = 0
-            self.state = "closed"
-            self._probe = False
-
-    def failure(self, error: str) -> None:
-        """A connection error, timeout or 5xx."""
-        with self._lock:
-            self.failures += 1
-            self.last_error = error
-            if self.state == "half_open" or (self.state == "closed" and self.failures >= self.threshold):
-                self.state = "open"
-                self.opened_at = self.clock()
-                self.times_opened += 1
-            self._probe = False
-
-    def abandon(self) -> None:
-        """A request ended without telling us anything (cancelled): let another probe go."""
-        with self._lock:
-            self._probe = False
-
-    def message(self) -> str:
-        """Why requests are refused, with the last error and the time left."""
-        left = max(0.0, self.cooldown_s - (self.clock() - self.opened_at))
-        return (
-            f"circuit open: the server failed {self.failures} times in a row "
-            f"(last error: {self.last_error}); not sending for another {left:.1f}s"
-        )
+#: An attempt counts as stalled after this many times the recent p90 latency...
+STALL_FACTOR = 4.0
+#: ...but never before this many seconds.
+STALL_MIN_S = 1.0
 
 
 class RateLimiter:
@@ -224,438 +97,332 @@ class RateLimiter:
             self.level = min(self.capacity, self.level + amount)
 
 
-class AdaptiveLimit:
-    """An async limit on requests in flight that backs off when the server says it is overloaded.
-
-    AIMD, as TCP congestion control: a 429 halves the limit (once per wave: requests sent before
-    the last cut do not cut again); each success adds ``1 / limit``, so a full round of successes
-    adds one, up to ``maximum``. With ``adaptive=False`` it is a plain semaphore of ``maximum``.
-    Waiters are served first come, first served. Use from one event loop.
-    """
-
-    def __init__(self, maximum: int, adaptive: bool = True):
-        self.maximum = maximum
-        self.adaptive = adaptive
-        self.limit = float(maximum)
-        self.in_use = 0
-        self.lowest = float(maximum)
-        self._last_cut = -math.inf
-        self._waiters: deque[asyncio.Future] = deque()
-
-    def _free(self) -> int:
-        return max(1, int(self.limit)) - self.in_use
-
-    def _wake(self) -> None:
-        while self._waiters and self._free() > 0:
-            fut = self._waiters.popleft()
-            if not fut.done():  # skip waiters that were cancelled
-                self.in_use += 1
-                fut.set_result(None)
-
-    async def __aenter__(self) -> float:
-        if self._free() > 0 and not self._waiters:
-            self.in_use += 1
-        else:
-            fut = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            except asyncio.CancelledError:
-                if fut.done() and not fut.cancelled():  # a slot was handed over just before: give it back
-                    self.in_use -= 1
-                    self._wake()
-                raise
-        return time.monotonic()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.in_use -= 1
-        self._wake()
-
-    def overloaded(self, sent_at: float) -> None:
-        """A request sent at ``sent_at`` got a 429."""
-        if self.adaptive and sent_at > self._last_cut:
-            self.limit = max(1.0, self.limit / 2)
-            self.lowest = min(self.lowest, self.limit)
-            self._last_cut = time.monotonic()
-
-    def succeeded(self) -> None:
-        """A request got a 2xx answer."""
-        if self.adaptive and self.limit < self.maximum:
-            self.limit = min(float(self.maximum), self.limit + 1 / self.limit)
-            self._wake()
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of a non-empty sequence."""
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[k]
-
-
-class BackendMetrics:
-    """Counters accumulated across batches until :meth:`collect` returns and resets them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        """Zero every counter."""
-        self.requests = 0
-        self.retries = 0
-        self.errors: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.latencies: list[float] = []
-        self.samples = 0
-        self.cache_hits = 0
-        self.cache_errors = 0
-        self.dedup_saved = 0
-        self.truncated = 0
-        self.judge_cut_off = 0
-
-    def add(self, **counts: float) -> None:
-        """Add to counters by name (``requests=1``, ``cache_hits=3``...)."""
-        with self._lock:
-            for k, v in counts.items():
-                setattr(self, k, getattr(self, k) + v)
-
-    def error(self, kind: str) -> None:
-        """Count one failed attempt of ``kind`` (``timeout``, ``connection``, ``429``, ``5xx``...)."""
-        with self._lock:
-            self.errors[kind] += 1
-
-    def sample(self, reason: str | None, latency_s: float | None) -> None:
-        """Count one finished sample: its failure reason (``None`` if ok) and latency."""
-        with self._lock:
-            self.samples += 1
-            if reason is not None:
-                self.failures[reason] += 1
-            if latency_s is not None:
-                self.latencies.append(latency_s)
-
-    def collect(self) -> dict[str, float]:
-        """The metrics since the last call, then reset."""
-        with self._lock:
-            m: dict[str, float] = {
-                "samples": float(self.samples),
-                "requests": float(self.requests),
-                "retries": float(self.retries),
-                "tokens/prompt": float(self.prompt_tokens),
-                "tokens/completion": float(self.completion_tokens),
-                "cache/hits": float(self.cache_hits),
-                "cache/errors": float(self.cache_errors),
-                "dedup/saved": float(self.dedup_saved),
-                "truncated": float(self.truncated),
-            }
-            if self.judge_cut_off:
-                m["judge_cut_off"] = float(self.judge_cut_off)
-            for kind, n in sorted(self.errors.items()):
-                m[f"errors/{kind}"] = float(n)
-            for reason, n in sorted(self.failures.items()):
-                m[f"failed/{reason}"] = float(n)
-            if self.latencies:
-                m["latency/p50_s"] = percentile(self.latencies, 50)
-                m["latency/p99_s"] = percentile(self.latencies, 99)
-            self.reset()
-            return m
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date; ``None`` if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    now = time.time() if now is None else now
-    return max(0.0, when.timestamp() - now)
-
-
-def _server_message(status: int, text: str) -> str:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:300]
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            return str(err)[:300]
-    return text.strip()[:300]
-
-
-# ------------------------------------------------------------------------------------------------
-# The client core
-# ------------------------------------------------------------------------------------------------
-
-
 @dataclass
-class _LoopState:
-    loop: asyncio.AbstractEventLoop
-    session: Any  # aiohttp.ClientSession
-    limit: AdaptiveLimit
+class _Outcome:
+    """What one attempt ran into: ``kind`` is ``ok``, ``garbage``, ``timeout``, ``connection``,
+    ``429``, ``5xx`` or the status code."""
+
+    kind: str = "ok"
+    refused: bool = False  # the connection could not be made
+    status: int = 0
+    data: Any = None
+    error: str = ""
+    retry_after: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return (
+            self.kind in ("garbage", "timeout", "connection")
+            or self.status in RETRYABLE_STATUS
+            or (self.status >= 500)
+        )
+
+
+class _Tries:
+    """The bookkeeping of one request across its attempts."""
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.attempts = 0
+        self.first_sent: float | None = None
+        self.last: _Outcome | None = None
+        self.replica = ""
+        self.tickets: list[int] | None = None  # breaker arrival marks, from the first attempt
+        self.probes_failed = 0
+
+    def remaining(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - time.monotonic()
+
+    def latency(self) -> float:
+        return 0.0 if self.first_sent is None else time.monotonic() - self.first_sent
+
+    def fail(self, reason: str, message: str) -> RequestFailed:
+        kind = self.last.kind if self.last is not None else reason
+        return RequestFailed(reason, message, max(0, self.attempts - 1), self.latency(), self.replica, kind)
+
+    def timed_out(self) -> RequestFailed:
+        tail = f"; last error: {self.last.error}" if self.last is not None and self.last.error else ""
+        return self.fail("timeout", f"batch deadline passed after {self.attempts} attempts{tail}")
 
 
 class HTTPCore:
-    """Sends JSON requests for one backend.
+    """Sends JSON requests for one backend to its replicas.
 
-    Each event loop that uses it gets its own session, connection pool and in-flight limit,
-    created lazily on first use in that loop (the engine's loop thread for ``compute``, the caller's
-    loop for ``acompute``); sessions of loops that have since closed are disposed of. The breaker,
-    rate budgets and metrics are shared by all loops.
+    The breakers, rate budgets, latency window and metrics are shared by every event loop using the
+    core; each loop has its own session and :class:`~rewardkit.backends.replicas.Router`
+    (:class:`~rewardkit.backends.http_session.LoopSessions`).
     """
 
     def __init__(self, settings: HTTPSettings, metrics: BackendMetrics | None = None):
-        self.settings = settings
+        s = self.settings = settings
         self.metrics = metrics or BackendMetrics()
-        self.breaker = CircuitBreaker(settings.breaker_threshold, settings.breaker_cooldown_s)
-        self.rpm = RateLimiter(settings.rpm) if settings.rpm else None
-        self.tpm = RateLimiter(settings.tpm) if settings.tpm else None
-        self._states: dict[asyncio.AbstractEventLoop, _LoopState] = {}
-        self._lock = threading.Lock()
-        self.sessions_created = 0
+        self.replicas = [
+            Replica(i, url, CircuitBreaker(s.breaker_threshold, s.breaker_cooldown_s, s.breaker_window_s))
+            for i, url in enumerate(s.urls())
+        ]
+        self.breaker = self.replicas[0].breaker  # the only one with a single base_url
+        self.rpm = RateLimiter(s.rpm) if s.rpm else None
+        self.tpm = RateLimiter(s.tpm) if s.tpm else None
+        self.latency = LatencyWindow()
+        headers = {"Content-Type": "application/json", **s.headers}
+        key = s.resolved_api_key()
+        if key:
+            headers.setdefault("Authorization", f"Bearer {key}")
+        self.sessions = LoopSessions(headers, self._make_router)
 
-    # -- sessions ---------------------------------------------------------------------------------
-    def _loop_state(self) -> _LoopState:
-        import aiohttp
+    def _make_router(self) -> Router:
+        s = self.settings
+        cap = min(s.max_in_flight, s.max_connections)
+        floor = None if s.min_in_flight is None else min(cap, s.min_in_flight)
+        return Router(self.replicas, cap, s.adaptive_concurrency, floor)
 
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            st = self._states.get(loop)
-            if st is not None and not st.session.closed:
-                return st
-            for old_loop in [lp for lp in self._states if lp.is_closed() or lp is loop]:
-                self._dispose(self._states.pop(old_loop))
-            headers = {"Content-Type": "application/json", **self.settings.headers}
-            key = self.settings.resolved_api_key()
-            if key:
-                headers.setdefault("Authorization", f"Bearer {key}")
-            connector = aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0)
-            session = aiohttp.ClientSession(connector=connector, headers=headers)
-            # HTTP/1.1 carries one request per connection: more in flight would only queue for a
-            # connection inside aiohttp, with the request's timeout already running.
-            cap = min(self.settings.max_in_flight, self.settings.max_connections)
-            limit = AdaptiveLimit(cap, self.settings.adaptive_concurrency)
-            st = self._states[loop] = _LoopState(loop, session, limit)
-            self.sessions_created += 1
-            return st
-
-    @staticmethod
-    def _dispose(st: _LoopState) -> None:
-        """Close a session that belongs to another (maybe closed) event loop, as well as we can."""
-        if st.session.closed:
-            return
-        if not st.loop.is_closed() and st.loop.is_running():
-            asyncio.run_coroutine_threadsafe(st.session.close(), st.loop)
-            return
-        connector = st.session.connector
-        st.session.detach()
-        if connector is None:
-            return
-        if st.loop.is_closed():
-            # A closed loop can no longer run the transports' close callbacks, and aiohttp then
-            # just forgets its pooled connections: close their sockets here, or they linger
-            # until garbage collection (with a ResourceWarning each).
-            with contextlib.suppress(Exception):
-                for conns in list(connector._conns.values()):  # type: ignore[attr-defined]
-                    for proto, _ in conns:
-                        transport = getattr(proto, "transport", None)
-                        sock = getattr(transport, "_sock", None)
-                        if sock is not None:
-                            sock.close()
-                            transport._sock = None  # type: ignore[union-attr]
-        with contextlib.suppress(Exception):
-            connector._close()  # type: ignore[attr-defined]  # sync close of its transports
-
-    def _take_all(self) -> list[_LoopState]:
-        with self._lock:
-            states = list(self._states.values())
-            self._states.clear()
-        return [st for st in states if not st.session.closed]
+    @property
+    def sessions_created(self) -> int:
+        """How many sessions this core has opened (one per event loop that used it)."""
+        return self.sessions.sessions_created
 
     async def aclose(self) -> None:
-        """Close every session: the running loop's properly, the others as well as their loops allow."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        for st in self._take_all():
-            if running is st.loop:
-                await st.session.close()
-            else:
-                self._dispose(st)
+        """Close every session (the running loop's here, others on their loops)."""
+        await self.sessions.aclose()
 
     def close(self) -> None:
         """Close every session from synchronous code."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        for st in self._take_all():
-            if running is st.loop:
-                st.loop.create_task(st.session.close())
-            elif st.loop.is_running():
-                fut = asyncio.run_coroutine_threadsafe(st.session.close(), st.loop)
-                with contextlib.suppress(Exception):
-                    fut.result(timeout=5)
-            elif not st.loop.is_closed() and running is None:
-                st.loop.run_until_complete(st.session.close())
-            else:
-                self._dispose(st)
+        self.sessions.close()
 
     # -- one request ------------------------------------------------------------------------------
-    def _backoff(self, attempt: int) -> float:
-        s = self.settings
-        return random.uniform(0.0, min(s.backoff_cap_s, s.backoff_base_s * (2**attempt)))
-
     async def post_json(
-        self, url: str, payload: Any, *, cost_tokens: float = 0.0, deadline: float | None = None
+        self,
+        path: str,
+        payload: Any,
+        *,
+        cost_tokens: float = 0.0,
+        deadline: float | None = None,
+        key: str = "",
     ) -> Reply:
-        """POST ``payload`` to ``url`` and return the decoded JSON reply.
+        """POST ``payload`` to ``path`` on a replica and return the decoded JSON reply.
 
+        ``path`` is appended to the replica's root (a full URL is taken as is, one replica only).
         ``deadline`` is an absolute ``time.monotonic()`` time no attempt or wait may pass.
         ``cost_tokens`` is reserved from the ``tpm`` budget (correct it with :meth:`settle_tokens`).
-        Raises :class:`RequestFailed` (reason ``http``, ``timeout`` or ``circuit_open``).
+        ``key`` (the prompt prefix) makes routing sticky. Raises :class:`RequestFailed` (reason
+        ``http``, ``timeout`` or ``circuit_open``).
         """
-        sent: list[float] = []  # when the first attempt went out
-        try:
-            return await self._post_json(url, payload, cost_tokens, deadline, sent)
-        except RequestFailed as e:
-            e.latency_s = time.monotonic() - sent[0] if sent else 0.0
-            raise
+        st = await self.sessions.get()
+        body = json.dumps(payload, ensure_ascii=False).encode()
+        tries = _Tries(deadline)
+        avoid: int | None = None
+        max_retries = self.settings.max_retries
+        while True:
+            await self._wait_for_budget(cost_tokens, tries)
+            lease = await self._lease(st.extra, key, avoid, tries)
+            out = await self._attempt_or_hedge(st, lease, key, path, body, tries)
+            if out.kind == "ok":
+                return Reply(out.data, tries.attempts - 1, tries.latency(), out.status, tries.replica)
+            if not out.retryable:
+                raise tries.fail("http", out.error)
+            if lease.probe:
+                tries.probes_failed += (
+                    1  # the breaker's question, not this request's: bounded by the deadline
+                )
+            if max_retries is not None and tries.attempts - tries.probes_failed > max_retries:
+                reason = "timeout" if out.kind == "timeout" else "http"
+                raise tries.fail(reason, f"gave up after {tries.attempts} attempts; last: {out.error}")
+            avoid = lease.replica.index if len(self.replicas) > 1 else None
+            await self._back_off(st.extra, out, tries)
 
-    async def _post_json(
-        self, url: str, payload: Any, cost_tokens: float, deadline: float | None, sent: list[float]
-    ) -> Reply:
+    async def _wait_for_budget(self, cost_tokens: float, tries: _Tries) -> None:
+        wait = 0.0
+        if self.rpm is not None:
+            wait = max(wait, self.rpm.reserve(1))
+        if self.tpm is not None and cost_tokens:
+            wait = max(wait, self.tpm.reserve(cost_tokens))
+        await self._sleep(wait, tries)
+
+    async def _sleep(self, delay: float, tries: _Tries) -> None:
+        if tries.remaining() <= 0 or delay >= tries.remaining():
+            await asyncio.sleep(max(0.0, tries.remaining()))
+            raise tries.timed_out()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _lease(self, router: Router, key: str, avoid: int | None, tries: _Tries) -> Lease:
+        left = tries.remaining()
+        if tries.tickets is None:
+            tries.tickets = router.tickets()
+        try:
+            return await router.acquire(
+                key, avoid, None if math.isinf(left) else max(0.0, left), tries.tickets
+            )
+        except CircuitOpen as e:
+            self.metrics.error("circuit_open")
+            raise tries.fail("circuit_open", str(e)) from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise tries.timed_out() from None
+
+    async def _attempt_or_hedge(
+        self, st: LoopState, lease: Lease, key: str, path: str, body: bytes, tries: _Tries
+    ) -> _Outcome:
+        """One attempt; if it stalls past the stall threshold, a second one (on another replica when
+        there is one) races it, and the first answer wins. A stall then costs one stall threshold,
+        not a whole request timeout."""
+        first = asyncio.ensure_future(self._attempt(st, lease, path, body, tries))
+        stall = self._stall_after()
+        if (
+            not self.settings.hedge
+            or lease.probe
+            or stall >= min(self.settings.request_timeout_s, tries.remaining())
+        ):
+            return await first
+        tasks = {first}
+        try:
+            await self._first_or_stall(first, stall)
+            if first.done():
+                return first.result()
+            self.metrics.add(hedged=1)
+            avoid = lease.replica.index if len(self.replicas) > 1 else None
+            try:
+                hedge = await self._lease(st.extra, key, avoid, tries)
+            except RequestFailed:
+                return await first
+            second = asyncio.ensure_future(self._attempt(st, hedge, path, body, tries))
+            tasks.add(second)
+            while True:
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                outs = {t: t.result() for t in done}
+                answer = next((o for o in outs.values() if o.kind == "ok"), None)
+                if answer is not None:
+                    return answer
+                if second in outs:  # a failed hedge goes to a retry, not back to the stalled attempt
+                    return outs[second]
+                if not tasks:
+                    return outs[first]
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    @staticmethod
+    async def _first_or_stall(first: asyncio.Future, stall: float) -> None:
+        """Wait until ``first`` is done or ``stall`` seconds pass (lighter than ``asyncio.wait``)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        first.add_done_callback(wake)
+        timer = loop.call_later(stall, wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            first.remove_done_callback(wake)
+
+    async def _attempt(self, st: LoopState, lease: Lease, path: str, body: bytes, tries: _Tries) -> _Outcome:
+        timeout = min(self.settings.request_timeout_s, tries.remaining())
+        try:
+            if timeout <= 0:
+                raise tries.timed_out()
+            tries.attempts += 1
+            tries.replica = lease.replica.url
+            if tries.first_sent is None:
+                tries.first_sent = time.monotonic()
+            self.metrics.add(requests=1, retries=1 if tries.attempts > 1 else 0)
+            out = await self._send(st, lease, path, body, timeout)
+        except BaseException:
+            lease.slot.release()
+            if lease.probe:
+                lease.replica.breaker.abandon()
+            raise
+        tries.last = out
+        if out.kind == "ok":
+            tries.replica = lease.replica.url  # the one that answered (of a hedged pair)
+        self._report(st.extra, lease, out)
+        lease.slot.release()
+        return out
+
+    async def _send(self, st: LoopState, lease: Lease, path: str, body: bytes, timeout: float) -> _Outcome:
         import aiohttp
 
-        s = self.settings
-        st = self._loop_state()
-        retries = 0
-        last_error = ""
-        body = json.dumps(payload, ensure_ascii=False)
-
-        def remaining() -> float:
-            return math.inf if deadline is None else deadline - time.monotonic()
-
-        def timed_out() -> RequestFailed:
-            tail = f"; last error: {last_error}" if last_error else ""
-            return RequestFailed("timeout", f"batch deadline passed after {retries} retries{tail}", retries)
-
-        while True:
-            if remaining() <= 0:
-                raise timed_out()
-            while True:
-                verdict = self.breaker.gate()
-                if verdict == "allow":
-                    break
-                if verdict == "open":
-                    raise RequestFailed("circuit_open", self.breaker.message(), retries)
-                if remaining() <= 0:
-                    raise timed_out()
-                await asyncio.sleep(min(0.01, max(0.0, remaining())))
-            probe_done = False
+        url = path if path.startswith(("http://", "https://")) else lease.replica.url + path
+        stall = asyncio.get_running_loop().call_later(self._stall_after(), self._stalled, lease)
+        out = _Outcome()
+        sent = time.monotonic()
+        try:
+            async with (
+                judge_slot(),  # the Ray-wide budget, a no-op outside a Ray worker
+                st.session.post(url, data=body, timeout=aiohttp.ClientTimeout(total=timeout)) as resp,
+            ):
+                out.status = resp.status
+                text = await resp.text(errors="replace")
+                out.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        except (asyncio.TimeoutError, TimeoutError):
+            out.kind, out.error = "timeout", f"no answer within {timeout:.3g}s"
+            return out
+        except aiohttp.ClientError as e:
+            out.kind, out.error = "connection", f"{type(e).__name__}: {e}"
+            out.refused = isinstance(e, aiohttp.ClientConnectorError)
+            return out
+        finally:
+            stall.cancel()
+        if 200 <= out.status < 300:
             try:
-                wait = 0.0
-                if self.rpm is not None:
-                    wait = max(wait, self.rpm.reserve(1))
-                if self.tpm is not None and cost_tokens:
-                    wait = max(wait, self.tpm.reserve(cost_tokens))
-                if wait > 0:
-                    if wait >= remaining():
-                        await asyncio.sleep(max(0.0, remaining()))
-                        raise timed_out()
-                    await asyncio.sleep(wait)
-                status = 0
-                text = ""
-                retry_after = None
-                kind = None
-                async with st.limit as sent_at, judge_slot():  # judge_slot: the Ray-wide budget
-                    if self.breaker.state == "open":  # opened while this request queued
-                        raise RequestFailed("circuit_open", self.breaker.message(), retries)
-                    timeout = min(s.request_timeout_s, remaining())
-                    if timeout <= 0:
-                        raise timed_out()
-                    self.metrics.add(requests=1)
-                    if not sent:
-                        sent.append(time.monotonic())
-                    try:
-                        async with st.session.post(
-                            url, data=body.encode(), timeout=aiohttp.ClientTimeout(total=timeout)
-                        ) as resp:
-                            status = resp.status
-                            text = await resp.text(errors="replace")
-                            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                    except (asyncio.TimeoutError, TimeoutError):
-                        kind = "timeout"
-                        last_error = f"no answer within {timeout:.3g}s"
-                    except aiohttp.ClientError as e:
-                        kind = "connection"
-                        last_error = f"{type(e).__name__}: {e}"
-                    if status == 429:
-                        st.limit.overloaded(sent_at)
-                    elif 200 <= status < 300:
-                        st.limit.succeeded()
-                if kind is None and 200 <= status < 300:
-                    self.breaker.success()
-                    probe_done = True
-                    try:
-                        data = json.loads(text)
-                    except ValueError:
-                        raise RequestFailed(
-                            "http", f"HTTP {status} with a body that is not JSON: {text[:200]!r}", retries
-                        ) from None
-                    return Reply(data, retries, time.monotonic() - sent[0], status)
-                if kind is None:
-                    last_error = f"HTTP {status}: {_server_message(status, text)}"
-                    kind = "429" if status == 429 else ("5xx" if status >= 500 else str(status))
-                self.metrics.error(kind)
-                dead = kind in ("timeout", "connection") or status >= 500 or status == 408
-                if dead:
-                    self.breaker.failure(last_error)
-                else:
-                    self.breaker.success()
-                probe_done = True
-                if not (dead or status in RETRYABLE_STATUS):
-                    raise RequestFailed("http", last_error, retries)
-                if retries >= s.max_retries:
-                    reason = "timeout" if kind == "timeout" else "http"
-                    raise RequestFailed(
-                        reason, f"gave up after {retries + 1} attempts; last: {last_error}", retries
-                    )
-            finally:
-                if not probe_done:
-                    self.breaker.abandon()
-            delay = self._backoff(retries)
-            if retry_after is not None:
-                delay = max(delay, min(retry_after, s.retry_after_cap_s))
-            retries += 1
-            self.metrics.add(retries=1)
-            if delay >= remaining():
-                await asyncio.sleep(max(0.0, remaining()))
-                raise timed_out()
-            await asyncio.sleep(delay)
+                out.data = json.loads(text)
+                self.latency.add(time.monotonic() - sent)
+            except ValueError:
+                out.kind = "garbage"
+                out.error = f"HTTP {out.status} with a body that is not JSON: {text[:200]!r}"
+            return out
+        out.kind = "429" if out.status == 429 else ("5xx" if out.status >= 500 else str(out.status))
+        out.error = f"HTTP {out.status}: {server_message(text)}"
+        return out
+
+    def _stall_after(self) -> float:
+        s = self.settings
+        if s.stall_after_s is not None:
+            return min(s.stall_after_s, s.request_timeout_s)
+        p90 = self.latency.p90
+        if p90 is None:
+            return s.request_timeout_s
+        return min(s.request_timeout_s, max(STALL_MIN_S, STALL_FACTOR * p90))
+
+    def _stalled(self, lease: Lease) -> None:
+        if lease.slot.held:
+            self.metrics.add(stalled=1)
+            lease.slot.detach()
+
+    def _report(self, router: Router, lease: Lease, out: _Outcome) -> None:
+        """Tell the replica's breaker and concurrency controller what the attempt ran into."""
+        ctl, breaker = lease.slot.ctl, lease.replica.breaker
+        if out.kind != "ok":
+            self.metrics.error(out.kind)
+        if out.kind in ("ok", "garbage") or (400 <= out.status < 500 and out.status != 408):
+            breaker.success()  # the server is alive (a 429 included)
+            if out.status == 429:
+                ctl.congested(lease.slot.sent_at)
+            else:
+                ctl.succeeded(lease.slot.sent_at)
+        else:
+            breaker.failure(out.error, probe=lease.probe, refused=out.refused)
+            if out.status == 503:
+                ctl.congested(lease.slot.sent_at)
+            elif out.kind == "timeout" and not lease.slot.detached:
+                ctl.lost_one()
+        # (releasing the slot, right after this, serves the waiters)
+
+    async def _back_off(self, router: Router, out: _Outcome, tries: _Tries) -> None:
+        s = self.settings
+        delay = random.uniform(0.0, min(s.backoff_cap_s, s.backoff_base_s * (2 ** (tries.attempts - 1))))
+        elsewhere = len(self.replicas) > 1 and any(r.breaker.available() for r in self.replicas)
+        if out.retry_after is not None and not elsewhere:  # Retry-After speaks for that one server
+            delay = max(delay, min(out.retry_after, s.retry_after_cap_s))
+        await self._sleep(delay, tries)
 
     def lowest_in_flight_limit(self) -> float:
         """The lowest adaptive in-flight limit reached since the last call (``max_in_flight`` if never cut)."""
-        with self._lock:
-            limits = [st.limit for st in self._states.values()]
+        lows = [st.extra.lowest_limit() for st in self.sessions.states()]
         cap = min(self.settings.max_in_flight, self.settings.max_connections)
-        low = min((lim.lowest for lim in limits), default=float(cap))
-        for lim in limits:
-            lim.lowest = lim.limit
-        return low
+        return min(lows, default=float(cap))
 
     def settle_tokens(self, reserved: float, used: float) -> None:
         """Correct a ``tpm`` reservation once the reply's ``usage`` says what the request really cost."""
@@ -663,42 +430,11 @@ class HTTPCore:
             self.tpm.refund(reserved - used)
 
 
-_TIMED_OUT = object()
-
-
-async def gather_with_deadline(aws: Sequence[Awaitable[Any]], deadline_s: float | None) -> list[Any]:
-    """Run awaitables concurrently; one entry per awaitable, in order.
-
-    An entry is the awaitable's value, the exception it raised, or :data:`TIMED_OUT` if it was
-    still running when ``deadline_s`` passed (it is then cancelled).
-    """
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    if not tasks:
-        return []
-    try:
-        _, pending = await asyncio.wait(tasks, timeout=deadline_s)
-    finally:
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-    out: list[Any] = []
-    for t in tasks:
-        if t in pending or t.cancelled():
-            out.append(_TIMED_OUT)
-        else:
-            exc = t.exception()
-            out.append(exc if exc is not None else t.result())
-    return out
-
-
-#: Marker :func:`gather_with_deadline` puts where an awaitable passed the deadline.
-TIMED_OUT = _TIMED_OUT
-
-
 class HTTPBackend(RMBackend):
     """Base of the RM backends that speak HTTP: one :class:`HTTPCore`, its metrics, and closing both."""
+
+    #: ``rollout.base_url`` may be a list of replicas: :class:`HTTPCore` routes over them.
+    accepts_url_list: ClassVar[bool] = True
 
     def __init__(self, config: RewardModelConfig, settings: HTTPSettings):
         super().__init__(config)

@@ -79,7 +79,7 @@ class RemoteRM(HTTPBackend):
                 f"remote RM: query_template {s.query_template!r} is not valid (placeholders: "
                 f"{{prompt}}, {{response}}, {{ground_truth}}): {e}"
             ) from None
-        self.url = s.base_url.rstrip("/") + s.path if s.path else s.base_url
+        self.url = s.path  # appended to the chosen replica's base_url
 
     def _item(self, sample: Sample) -> tuple[str, str, str]:
         prompt = sample.prompt_text

@@ -9,3 +9,4 @@ def register_executors(register):
     register("rewardkit.executors.inline:InlineExecutor", name="inline")
     register("rewardkit.executors.process:ProcessExecutor", name="process")
     register("rewardkit.executors.ray:RayExecutor", name="ray")
+    register("rewardkit.executors.auto:AutoExecutor", name="auto")

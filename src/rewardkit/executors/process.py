@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 from rewardkit.batch import Sample
 from rewardkit.errors import ConfigError
 from rewardkit.executors.base import Executor, ScoreTask
-from rewardkit.executors.process_supervisor import Supervisor, _Chunk, _Job, _Worker
+from rewardkit.executors.process_job import _Chunk, _Job, _Worker
+from rewardkit.executors.process_supervisor import Supervisor
 from rewardkit.result import SampleResult
 from rewardkit.runtime.worker import in_worker
 from rewardkit.scoring import invoke_batch, signature_of
@@ -52,9 +53,13 @@ __all__ = ["ProcessExecutor", "in_worker"]
 
 _FIRST_CHUNK = 64  # most tasks per chunk before the cost of a task is known
 _MAX_CHUNK = 1024
-_CHUNK_S = 0.02  # once it is known, chunks hold about this much work: few round trips, fair shares
+_CHUNK_S = 0.05  # once it is known, chunks hold about this much work: few round trips, fair shares
+_MIN_CHUNK_S = 0.005  # ... and are not cut finer than this to spread a batch: a round trip costs ~0.1 ms
+_WARM = {"rewardkit.scorers.math_boxed": ("math_verify",)}  # imported lazily by these scorers
+_COALESCE = 16  # calls of at most this many tasks may share a job (and chunks) with concurrent ones
 
 _live: weakref.WeakSet[ProcessExecutor] = weakref.WeakSet()
+_uids = itertools.count()
 
 
 @atexit.register
@@ -81,7 +86,9 @@ class ProcessExecutor(Supervisor, Executor):
     ``worker_memory_mb`` config field when there is one), ``start_method`` (``forkserver`` or
     ``spawn``) and ``chunk_size`` (tasks per message; default adapts to the batch).
 
-    Batches are run one at a time; concurrent :meth:`run` calls wait for each other.
+    Concurrent :meth:`run` calls (from any threads and event loops) share the pool fairly: idle
+    workers take the next chunk of each call in turn, and small calls that arrive while the pool is
+    busy travel together in shared chunks.
     """
 
     name = "process"
@@ -107,14 +114,15 @@ class ProcessExecutor(Supervisor, Executor):
         self.chunk_size = chunk_size
         self._ctx = multiprocessing.get_context(start_method)
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
-        self._shutdown = threading.Event()
+        self._init_dispatcher()
+        self._uid = f"{os.getpid()}-{next(_uids)}"
         self._ids = itertools.count()
         self._warned: set[str] = set()
+        self._sendable: dict[int, ScorerSpec] = {}  # specs already checked, by id (kept alive here)
         self._start_failures = 0
-        self._task_s: float | None = None  # moving average of a sync task's cost, round trip included
-        #: Counters since creation: worker starts, kills at a deadline, crashes seen.
-        self.stats = {"started": 0, "killed": 0, "crashed": 0}
+        self._cost: dict[str, float] = {}  # moving average of a sync task's CPU cost, by scorer name
+        #: Counters since creation: worker starts, kills at a deadline, crashes seen, chunks sent.
+        self.stats = {"started": 0, "killed": 0, "crashed": 0, "chunks": 0}
         _live.add(self)
 
     # -- public API --------------------------------------------------------------------------------
@@ -122,14 +130,20 @@ class ProcessExecutor(Supervisor, Executor):
         if not tasks:
             return []
         self._check_sendable(t.spec for t in tasks)
-        job = _Job([(t.spec, t.sample) for t in tasks], self.config.timeout_s)
-        self._plan(job)
-        results = await self._supervise_async(job)
-        if job.fallback:
+        job, caller = await self._submit_async(
+            {
+                "items": [(t.spec, t.sample) for t in tasks],
+                "limit_s": self.config.timeout_s,
+                "batch_timeout_s": self.config.batch_timeout_s,
+                "coalesce": len(tasks) <= _COALESCE,
+            }
+        )
+        results = job.results[caller.lo : caller.hi]
+        if caller.fallback:
             self._warn_fallback(job)
-            back = await self._run_here([ScoreTask(*job.items[i]) for i in job.fallback])
-            for i, r in zip(job.fallback, back, strict=True):
-                results[i] = r
+            back = await self._run_here([ScoreTask(*job.items[i]) for i in caller.fallback])
+            for i, r in zip(caller.fallback, back, strict=True):
+                results[i - caller.lo] = r
         return results  # type: ignore[return-value]
 
     async def run_batch(self, spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:
@@ -143,13 +157,13 @@ class ProcessExecutor(Supervisor, Executor):
             self._warn_once(spec.name, f"gets samples that cannot be sent to a worker process ({e})")
             return await asyncio.to_thread(invoke_batch, spec, samples)
         limit = self.config.batch_timeout_s or self.config.timeout_s
-        job = _Job([(spec, s) for s in samples], limit)
-        job.queue.append(_Chunk("batch", list(range(len(samples)))))
-        await self._supervise_async(job, batch_limit=False)
-        if job.fallback:
+        job, caller = await self._submit_async(
+            {"items": [(spec, s) for s in samples], "kind": "batch", "limit_s": limit}
+        )
+        if caller.fallback:
             self._warn_fallback(job)
             return await asyncio.to_thread(invoke_batch, spec, samples)
-        return job.results  # type: ignore[return-value]
+        return job.results[caller.lo : caller.hi]  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop every worker (idle ones are asked to exit, busy ones are killed). Idempotent.
@@ -157,13 +171,15 @@ class ProcessExecutor(Supervisor, Executor):
         A batch in progress ends at once: its unfinished samples fail with ``error``.
         """
         self._shutdown.set()
-        got = self._lock.acquire(timeout=5)
-        try:
-            self._stop_workers()
-        finally:
-            if got:
+        with self._cv:
+            thread = self._thread
+            self._poke_locked()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)  # it fails what is in flight, kills busy workers, and exits
+        self._stop_workers()
+        with self._cv:
+            if self._thread is None:
                 self._shutdown.clear()  # usable again: the next batch starts a fresh pool
-                self._lock.release()
 
     def __del__(self) -> None:
         try:
@@ -180,11 +196,9 @@ class ProcessExecutor(Supervisor, Executor):
     def _check_sendable(self, specs: Iterable[ScorerSpec]) -> None:
         """Raise :class:`ConfigError` for a scorer that cannot be pickled to a worker: running it here
         instead would lose the deadline that can stop it."""
-        seen: set[int] = set()
         for spec in specs:
-            if id(spec) in seen:
+            if self._sendable.get(id(spec)) is spec:
                 continue
-            seen.add(id(spec))
             try:
                 pickle.dumps(spec, pickle.HIGHEST_PROTOCOL)
             except Exception as e:  # noqa: BLE001 - closures, lambdas, unpicklable kwargs
@@ -194,26 +208,55 @@ class ProcessExecutor(Supervisor, Executor):
                     "(in a module or a reward file) with picklable keyword arguments, or use "
                     "executor: inline (no deadline that can stop a hung scorer)."
                 ) from e
+            if len(self._sendable) > 1024:
+                self._sendable.clear()
+            self._sendable[id(spec)] = spec
 
-    def _plan(self, job: _Job) -> None:
-        sync = [i for i, (spec, _) in enumerate(job.items) if not signature_of(spec.fn).is_async]
-        asyn = [i for i, (spec, _) in enumerate(job.items) if signature_of(spec.fn).is_async]
+    def _plan(self, job: _Job, tasks: list[int]) -> None:
+        """Queue chunks for ``tasks`` of ``job``; a coalesced job not yet sent grows its chunks."""
+        sync = [i for i in tasks if not signature_of(job.items[i][0].fn).is_async]
+        asyn = [i for i in tasks if signature_of(job.items[i][0].fn).is_async]
         if sync:  # cut into chunks at dispatch time, sized by what a task has been costing
-            job.queue.append(_Chunk("sync", sync))
+            grow = next((c for c in job.queue if c.kind == "sync"), None)
+            if grow is not None:
+                grow.tasks.extend(sync)
+            else:
+                job.queue.append(_Chunk("sync", sync))
         if asyn:
             size = self.chunk_size or max(
                 1, min(4 * self._per_worker_concurrency(), math.ceil(len(asyn) / self.num_workers))
             )
+            last = job.queue[-1] if job.queue and job.queue[-1].kind == "async" else None
+            if last is not None and len(last.tasks) < size:
+                room = size - len(last.tasks)
+                last.tasks.extend(asyn[:room])
+                asyn = asyn[room:]
             job.queue.extend(_Chunk("async", asyn[k : k + size]) for k in range(0, len(asyn), size))
 
     def _chunk_size(self, job: _Job, chunk: _Chunk) -> int:
         if self.chunk_size:
             return self.chunk_size
         left = sum(len(c.tasks) for c in job.queue) + len(chunk.tasks)
-        fair = math.ceil(left / (self.num_workers * 2))  # at least two chunks per worker
-        if self._task_s is None:
-            return max(1, min(_FIRST_CHUNK, math.ceil(left / (self.num_workers * 4))))
-        return max(1, min(_MAX_CHUNK, fair, math.ceil(_CHUNK_S / max(self._task_s, 1e-6))))
+        cost = self._cost.get(job.items[chunk.tasks[0]][0].name)
+        if cost is None:
+            split = self.num_workers * (1 if job.coalesced else 4)
+            return max(1, min(_FIRST_CHUNK, math.ceil(left / split)))
+        # Small calls coalesced in a job want one short turn each, not a share of every worker; a
+        # large batch is cut into at least two chunks per worker, so that all end about together.
+        fair = left if job.coalesced else math.ceil(left / (self.num_workers * 2))
+        cost = max(cost, 1e-6)
+        return max(1, min(_MAX_CHUNK, math.ceil(_CHUNK_S / cost), max(fair, int(_MIN_CHUNK_S / cost))))
+
+    def _preload(self) -> list[str]:
+        """Built-in scorer modules the jobs in flight use, and what they import on first call: loaded
+        once in the fork server when it starts, so that every worker forks warm."""
+        mods: set[str] = set()
+        for spec in {id(s): s for job in self._jobs for s, _ in job.items}.values():
+            mod = (spec.ref or "").partition(":")[0]
+            if mod.startswith("rewardkit.scorers."):
+                mods.add(mod)
+                mods.update(_WARM.get(mod, ()))
+        return sorted(mods)
 
     def _per_worker_concurrency(self) -> int:
         return max(1, self.config.max_concurrency // self.num_workers)

@@ -1,6 +1,10 @@
-"""The supervisor of the process executor: sends chunks to worker processes, reads their results,
-and kills and replaces workers past a deadline or dead, failing only the samples they held.
+"""The supervisor of the process executor: one dispatcher thread that shares the worker pool among
+every job in flight, sends chunks to worker processes, reads their results, and kills and replaces
+workers past a deadline or dead, failing only the samples they held.
 
+Concurrent calls (a server's requests, a trainer's per-sample calls) each get a job, or join a
+coalesced one (:mod:`rewardkit.executors.process_job`); idle workers take the next chunk of the
+jobs in turn (round robin), so a slow or hanging batch holds at most its share of the pool.
 :class:`Supervisor` is the parent side of :mod:`rewardkit.executors.process_worker`;
 :class:`~rewardkit.executors.process.ProcessExecutor` builds on it.
 """
@@ -11,23 +15,22 @@ import asyncio
 import math
 import os
 import pickle
-import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_ready
 from typing import TYPE_CHECKING, Any
 
-from rewardkit.batch import Sample
+from rewardkit.executors import process_tree
+from rewardkit.executors.process_failures import Failures
+from rewardkit.executors.process_job import _Caller, _Chunk, _Job, _Worker
 from rewardkit.executors.process_worker import (
     _BEAT,
     _CHUNK,
     _CURRENT,
     _IDLE,
+    _LIMIT,
     _MAIN_ENV,
-    _SEVERAL,
+    _NO_LIMIT,
     _fields_read,
     _prepare_fork_server,
     _slim,
@@ -37,64 +40,18 @@ from rewardkit.result import SampleResult
 
 if TYPE_CHECKING:
     from rewardkit.config import RewardConfig
-    from rewardkit.scoring import ScorerSpec
 
 _STARTUP_S = 60.0  # a worker that has not picked up its first chunk by then is replaced
 _ASYNC_GRACE = 0.5  # async tasks time out inside the worker; the parent kills only a blocked event loop
+_STEAL_S = 0.05  # a task running this long while a worker is free: the rest of its chunk moves
+_MERGE_MAX = 4096  # most tasks of coalesced small calls in one job
+_WINDOW_S = 0.002  # in a burst of small calls, a coalesced job waits this long for more to join...
+_BURST_S = 0.01  # ... a burst: small calls less than this apart
+_WINDOW_FULL = 256  # ... unless it has this many tasks already
 
 
-@dataclass
-class _Chunk:
-    kind: str  # "sync" | "async" | "batch"
-    tasks: list[int]  # indices into the job
-    isolated: bool = False  # re-sent alone to find out which task hangs or crashes
-
-
-@dataclass
-class _Worker:
-    process: Any
-    conn: Any
-    state: Any
-    chunk: _Chunk | None = None
-    chunk_id: int = -1
-    sent_at: float = 0.0
-    left: int = 0
-    received: bool = False  # has it ever taken a chunk (tells a start failure from a crash)
-
-
-class _Job:
-    """The state of one batch in the supervisor."""
-
-    def __init__(self, items: list[tuple[ScorerSpec, Sample]], limit_s: float | None):
-        self.items = items
-        self.results: list[SampleResult | None] = [None] * len(items)
-        self.attempts = [0] * len(items)
-        self.queue: deque[_Chunk] = deque()
-        self.unresolved = len(items)
-        self.fallback: list[int] = []  # tasks a worker could not load: run in this process
-        self._fallback: set[int] = set()
-        self.fallback_errors: dict[str, str] = {}
-        self.limit_s = limit_s  # per-task deadline (per-call for batch chunks)
-        self.cancel = threading.Event()
-
-    def resolve(self, i: int, result: SampleResult) -> bool:
-        if self.results[i] is not None or i in self._fallback:
-            return False
-        self.results[i] = result
-        self.unresolved -= 1
-        return True
-
-    def open(self, tasks: Sequence[int]) -> list[int]:
-        return [i for i in tasks if self.results[i] is None and i not in self._fallback]
-
-    def fall_back(self, i: int) -> None:
-        if i not in self._fallback:
-            self._fallback.add(i)
-            self.fallback.append(i)
-
-
-class Supervisor:
-    """The supervision loop over a pool of worker processes (the parent side); mixed into
+class Supervisor(Failures):
+    """The dispatcher over a pool of worker processes (the parent side); mixed into
     :class:`~rewardkit.executors.process.ProcessExecutor`, which holds the pool's state."""
 
     config: RewardConfig
@@ -104,78 +61,186 @@ class Supervisor:
     chunk_size: int | None
     stats: dict[str, int]
     _workers: list[_Worker]
-    _task_s: float | None
+    _uid: str
 
-    async def _supervise_async(self, job: _Job, batch_limit: bool = True) -> list[SampleResult | None]:
-        # A daemon thread of our own, not asyncio.to_thread: the interpreter joins the default
-        # executor's threads at exit, which would wait for a hung batch before our atexit hook runs.
+    def _init_dispatcher(self) -> None:
+        self._cv = threading.Lock()  # guards the inbox and the dispatcher thread's handle
+        self._inbox: list[_Caller] = []
+        self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = -1
+        self._jobs: list[_Job] = []  # in round-robin order: the next chunk goes to the first with work
+        self._open: _Job | None = None  # the coalesced job small calls still join
+        self._last_small = -math.inf  # when the last small call arrived
+        self._shutdown = threading.Event()
+        self._worker_n = 0
+
+    # -- submitting --------------------------------------------------------------------------------
+    async def _submit_async(self, caller_kw: dict[str, Any]) -> tuple[_Job, _Caller]:
+        """Hand one call's tasks to the dispatcher; wait until they are settled (results or fallback)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
 
-        def settle(value: Any, error: BaseException | None) -> None:
-            if fut.done():
-                return
-            if error is not None:
-                fut.set_exception(error)
-            else:
+        def settle(value: Any) -> None:
+            if not fut.done():
                 fut.set_result(value)
 
-        def target() -> None:
-            value, error = None, None
-            try:
-                value = self._supervise(job, batch_limit)
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-                error = e
-            try:
-                loop.call_soon_threadsafe(settle, value, error)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
+        def notify(job: _Job, caller: _Caller) -> None:  # on the dispatcher thread
+            loop.call_soon_threadsafe(settle, (job, caller))
 
-        threading.Thread(target=target, name="rewardkit-supervisor", daemon=True).start()
+        caller = _Caller(notify=notify, **caller_kw)
+        self._submit(caller)
         try:
             return await fut
         except asyncio.CancelledError:
-            job.cancel.set()
+            caller.cancelled = True
+            self._poke()
             raise
 
-    def _supervise(self, job: _Job, batch_limit: bool) -> list[SampleResult | None]:
-        with self._lock:
+    def _submit(self, caller: _Caller) -> None:
+        with self._cv:
+            self._inbox.append(caller)
+            if self._thread is None:
+                self._wake_r, self._wake_w = os.pipe()
+                os.set_blocking(self._wake_r, False)
+                os.set_blocking(self._wake_w, False)
+                # A daemon thread of our own, not asyncio.to_thread: the interpreter joins the default
+                # executor's threads at exit, which would wait for a hung batch before our atexit hook.
+                self._thread = threading.Thread(target=self._serve, name="rewardkit-dispatcher", daemon=True)
+                self._thread.start()
+            else:
+                self._poke_locked()
+
+    def _poke(self) -> None:
+        with self._cv:
+            self._poke_locked()
+
+    def _poke_locked(self) -> None:
+        if self._thread is not None:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # full: it is awake anyway
+                pass
+
+    def _take_inbox(self) -> None:
+        with self._cv:
+            callers, self._inbox = self._inbox, []
+        for c in callers:
             self._start_failures = 0
-            bt = self.config.batch_timeout_s if batch_limit else None
-            deadline = time.monotonic() + bt if bt else None
-            while job.unresolved > len(job.fallback):
-                now = time.monotonic()
-                if job.cancel.is_set() or self._shutdown.is_set():
-                    why = "the executor was closed" if self._shutdown.is_set() else "the batch was cancelled"
-                    self._abandon(job, "error", why)
-                    break
-                if deadline is not None and now >= deadline:
-                    self._abandon(job, "timeout", f"the batch passed its {bt}s deadline (batch_timeout_s)")
-                    break
-                self._dispatch(job)
-                busy = [w for w in self._workers if w.chunk is not None]
-                if not busy:
-                    if job.queue:  # no worker could be started
-                        self._abandon(
-                            job,
-                            "crash",
-                            "worker processes cannot start (a main script must guard its entry point "
-                            "with `if __name__ == '__main__':`, since workers import it)",
-                        )
-                    break
-                wake = min(0.5, *(self._time_left(job, w, now) for w in busy))
-                if deadline is not None:
-                    wake = min(wake, deadline - now)
-                handles = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
-                for h in wait_ready(list(handles), max(0.0, wake)):
-                    w = handles[h]
-                    if w.chunk is not None:
-                        self._service(job, w)
-                now = time.monotonic()
-                for w in busy:
-                    if w.chunk is not None and self._time_left(job, w, now) <= 0:
-                        self._on_timeout(job, w, now)
-        return job.results
+            if c.kind == "batch":
+                job = _Job(c.limit_s)
+                job.queue.append(_Chunk("batch", list(job.add(c))))
+                self._jobs.append(job)
+                continue
+            job = self._open if c.coalesce else None
+            if job is None or job.sealed or job.limit_s != c.limit_s or len(job.items) >= _MERGE_MAX:
+                job = _Job(c.limit_s, coalesced=c.coalesce)
+                self._jobs.append(job)
+                if c.coalesce:
+                    self._open = job
+                    now = time.monotonic()
+                    if now - self._last_small < _BURST_S:  # more are coming: let them join
+                        job.hold_until = now + _WINDOW_S
+            if c.coalesce:
+                self._last_small = time.monotonic()
+            self._plan(job, list(job.add(c)))
+            if len(job.items) >= _WINDOW_FULL:
+                job.hold_until = 0.0
+
+    # -- the dispatcher ----------------------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while True:
+                self._take_inbox()
+                self._jobs = [j for j in self._jobs if not j.finished]
+                if not self._jobs:
+                    with self._cv:
+                        if not self._inbox:
+                            os.close(self._wake_r)
+                            os.close(self._wake_w)
+                            self._thread, self._open = None, None
+                            return
+                    continue
+                self._step()
+        except BaseException as e:  # a bug here must not leave callers waiting forever
+            with self._cv:
+                callers, self._inbox = self._inbox, []
+            for c in callers:
+                self._take_inbox_failed(c)
+            for job in self._jobs:
+                self._abandon(job, None, "error", f"internal error in the process executor: {e!r}")
+            self._jobs = []
+            with self._cv:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._thread, self._open = None, None
+            raise
+
+    def _take_inbox_failed(self, c: _Caller) -> None:
+        job = _Job(c.limit_s)
+        job.add(c)
+        self._jobs.append(job)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        for job in self._jobs:
+            if self._shutdown.is_set():
+                self._abandon(job, None, "error", "the executor was closed")
+                continue
+            for c in job.callers:
+                if c.done:
+                    continue
+                if c.cancelled:
+                    self._abandon(job, c, "error", "the batch was cancelled")
+                elif c.deadline is not None and now >= c.deadline:
+                    why = f"the batch passed its {c.batch_timeout_s}s deadline (batch_timeout_s)"
+                    self._abandon(job, c, "timeout", why)
+        self._jobs = [j for j in self._jobs if not j.finished]
+        if not self._jobs:
+            return
+        self._dispatch(now)
+        busy = [w for w in self._workers if w.chunk is not None]
+        held = [j.hold_until - now for j in self._jobs if j.queue and j.hold_until > now]
+        if not busy and held:
+            if wait_ready([self._wake_r], min(held)):
+                self._read_wake()
+            return
+        if not busy:
+            if any(j.queue for j in self._jobs):
+                why = (
+                    "worker processes cannot start (a main script must guard its entry point "
+                    "with `if __name__ == '__main__':`, since workers import it)"
+                )
+            else:
+                why = "internal error in the process executor: tasks were neither queued nor running"
+            for job in self._jobs:
+                self._abandon(job, None, "crash" if job.queue else "error", why)
+            return
+        wake = min(0.5, *held, *(self._time_left(w.job, w, now) for w in busy))
+        if len(busy) < self.num_workers:  # a worker is free: look again soon for tasks to steal
+            wake = min(wake, _STEAL_S)
+        for job in self._jobs:
+            for c in job.callers:
+                if not c.done and c.deadline is not None:
+                    wake = min(wake, c.deadline - now)
+        handles: dict[Any, _Worker | None] = {w.conn: w for w in busy}
+        handles.update({w.process.sentinel: w for w in busy})
+        handles[self._wake_r] = None
+        for h in wait_ready(list(handles), max(0.0, wake)):
+            w = handles[h]
+            if w is None:
+                self._read_wake()
+            elif w.chunk is not None and w.job is not None:
+                self._service(w.job, w)
+        now = time.monotonic()
+        for w in busy:
+            if w.chunk is not None and w.job is not None and self._time_left(w.job, w, now) <= 0:
+                self._on_timeout(w.job, w, now)
+
+    def _read_wake(self) -> None:
+        try:
+            os.read(self._wake_r, 4096)
+        except OSError:
+            pass
 
     def _limit(self, job: _Job, w: _Worker) -> float | None:
         if job.limit_s is None:
@@ -194,9 +259,13 @@ class Supervisor:
 
     def _start_worker(self) -> _Worker | None:
         if self.start_method == "forkserver" and not self._workers:
-            _prepare_fork_server(self._ctx)
+            _prepare_fork_server(self._ctx, self._preload())
         parent, child = self._ctx.Pipe(duplex=True)
-        state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0])
+        state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0, _NO_LIMIT])
+        self._worker_n += 1
+        token = f"{self._uid}:{self._worker_n}"
+        environ = {k: v for k, v in os.environ.items() if k != _MAIN_ENV}
+        environ[process_tree.TOKEN_ENV] = token
         proc = self._ctx.Process(
             target=_worker_main,
             args=(
@@ -207,7 +276,7 @@ class Supervisor:
                 self._per_worker_concurrency(),
                 self.memory_limit_mb,
                 self.start_method,
-                {k: v for k, v in os.environ.items() if k != _MAIN_ENV},
+                environ,
             ),
             name="rewardkit-worker",
             daemon=True,
@@ -222,14 +291,19 @@ class Supervisor:
             os.environ.pop(_MAIN_ENV, None)  # the fork server has it now
         child.close()
         self.stats["started"] += 1
-        w = _Worker(proc, parent, state)
+        w = _Worker(proc, parent, state, token)
         self._workers.append(w)
         return w
 
-    def _dispatch(self, job: _Job) -> None:
+    def _dispatch(self, now: float) -> None:
         for dead in [w for w in self._workers if w.chunk is None and not w.process.is_alive()]:
             self._reap(dead)  # died while idle (e.g. killed from outside): nothing to blame
-        while job.queue:
+        while True:
+            job = next((j for j in self._jobs if j.queue and j.hold_until <= now), None)
+            if job is None and not self._steal(now):
+                return
+            if job is None:
+                continue
             w = next((w for w in self._workers if w.chunk is None), None)
             if w is None:
                 if len(self._workers) >= self.num_workers or self._start_failures >= 3:
@@ -239,6 +313,8 @@ class Supervisor:
                     self._start_failures += 1
                     continue
             chunk = job.queue.popleft()
+            self._jobs.remove(job)  # its turn is used: the other jobs go first next time
+            self._jobs.append(job)
             chunk.tasks = job.open(chunk.tasks)
             if not chunk.tasks:
                 continue
@@ -251,13 +327,37 @@ class Supervisor:
             if payload is None:
                 continue
             w.chunk_id = next(self._ids)
+            w.state[_LIMIT] = _NO_LIMIT
+            job.sealed = True
             try:
                 w.conn.send((chunk.kind, w.chunk_id, payload))
             except (OSError, ValueError):  # it died while idle
                 job.queue.appendleft(chunk)
                 self._reap(w)
                 continue
-            w.chunk, w.sent_at, w.left = chunk, time.monotonic(), len(chunk.tasks)
+            w.job, w.chunk, w.sent_at, w.left = job, chunk, time.monotonic(), len(chunk.tasks)
+            self.stats["chunks"] += 1
+
+    def _steal(self, now: float) -> bool:
+        """With a worker free and nothing queued: re-queue the tasks waiting behind a slow task in
+        another worker's chunk, so that one expensive sample does not hold up the end of a batch.
+        Both workers may then score them; the first result counts."""
+        if all(w.chunk is not None for w in self._workers) and len(self._workers) >= self.num_workers:
+            return False
+        for w in self._workers:
+            chunk, job, current = w.chunk, w.job, w.state[_CURRENT]
+            if chunk is None or job is None or chunk.kind != "sync" or chunk.stolen or current < 0:
+                continue
+            if w.state[_CHUNK] != w.chunk_id or now - w.state[_BEAT] < _STEAL_S:
+                continue
+            stop = int(current) + 1
+            w.state[_LIMIT] = stop  # it stops there (at worst after one more task)
+            rest = job.open(chunk.tasks[stop:])
+            chunk.stolen = True
+            if rest:
+                job.queue.appendleft(_Chunk("sync", rest))
+                return True
+        return False
 
     def _payload(self, job: _Job, chunk: _Chunk) -> bytes | None:
         if chunk.kind == "batch":
@@ -326,9 +426,9 @@ class Supervisor:
             return  # a late message for a chunk already handled
         if kind == "load_error":
             for i in job.open(chunk.tasks):
+                job.fallback_errors.setdefault(job.items[i][0].name, body)  # before its caller wakes
                 job.fall_back(i)
-                job.fallback_errors.setdefault(job.items[i][0].name, body)
-            w.chunk = None
+            w.chunk, w.job = None, None
             w.received = True
             return
         w.received = True
@@ -336,169 +436,9 @@ class Supervisor:
             if job.resolve(chunk.tasks[pos], result):
                 w.left -= 1
         if busy is not None:  # CPU seconds per task of a finished sync chunk: sizes the next chunks
-            self._task_s = busy if self._task_s is None else 0.7 * self._task_s + 0.3 * busy
-        if w.left <= 0 or not job.open(chunk.tasks):
-            w.chunk = None
+            name = job.items[chunk.tasks[0]][0].name
+            old = self._cost.get(name)
+            self._cost[name] = busy if old is None else 0.7 * old + 0.3 * busy
+        if w.left <= 0 or busy is not None or not job.open(chunk.tasks):  # busy: a sync chunk's last message
+            w.chunk, w.job = None, None
             self._start_failures = 0
-
-    # -- failures ----------------------------------------------------------------------------------
-    def _kill(self, w: _Worker) -> None:
-        pid = w.process.pid
-        try:
-            if pid is not None and os.getpgid(pid) == pid:  # the worker leads its own group
-                os.killpg(pid, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-        try:
-            w.process.kill()
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        w.process.join(timeout=5)
-
-    def _reap(self, w: _Worker) -> None:
-        w.chunk = None
-        if w.process.is_alive():
-            self._kill(w)
-        else:
-            w.process.join(timeout=1)
-        try:
-            w.conn.close()
-        except Exception:  # noqa: BLE001
-            pass
-        with_w = [x for x in self._workers if x is not w]
-        self._workers = with_w
-        try:
-            w.process.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def _requeue(self, job: _Job, tasks: Sequence[int], kind: str, isolated: bool) -> None:
-        tasks = job.open(tasks)
-        if not tasks:
-            return
-        if isolated:
-            job.queue.extendleft(_Chunk(kind, [i], True) for i in reversed(tasks))
-        else:
-            job.queue.appendleft(_Chunk(kind, list(tasks)))
-
-    def _on_timeout(self, job: _Job, w: _Worker, decided_at: float) -> None:
-        chunk = w.chunk
-        assert chunk is not None
-        limit = self._limit(job, w)
-        self._kill(w)
-        self.stats["killed"] += 1
-        self._drain(job, w)
-        current, beat = w.state[_CURRENT], max(w.state[_BEAT], w.sent_at)
-        ours = w.state[_CHUNK] == w.chunk_id
-        overdue = limit is not None and decided_at - beat >= limit
-        self._reap(w)
-        open_tasks = job.open(chunk.tasks)
-        msg = f"scorer passed its {job.limit_s}s deadline and its worker process was killed"
-        if not ours:  # it never picked the chunk up: a start failure, not the samples' fault
-            self._start_failures += 1
-            job.queue.appendleft(_Chunk(chunk.kind, open_tasks, chunk.isolated))
-        elif chunk.kind == "batch":
-            for i in open_tasks:
-                job.resolve(i, SampleResult.failed("timeout", f"batch {msg}"))
-        elif not overdue:  # it moved on just before the kill: nobody to blame
-            self._requeue(job, open_tasks, chunk.kind, False)
-        elif current == _IDLE:
-            for i in open_tasks:
-                job.resolve(
-                    i,
-                    SampleResult.failed(
-                        "timeout", f"loading the scorer in a worker process took longer than {job.limit_s}s"
-                    ),
-                )
-        elif current == _SEVERAL:
-            self._requeue(job, open_tasks, chunk.kind, True)
-        else:
-            culprit = chunk.tasks[int(current)]
-            job.resolve(culprit, SampleResult.failed("timeout", msg))
-            self._requeue(job, [i for i in open_tasks if i != culprit], chunk.kind, False)
-
-    def _on_death(self, job: _Job, w: _Worker) -> None:
-        chunk = w.chunk
-        if chunk is None:
-            self._reap(w)
-            return
-        w.process.join(timeout=5)
-        code = w.process.exitcode
-        current = w.state[_CURRENT]
-        ours = w.state[_CHUNK] == w.chunk_id
-        started_before = w.received
-        self._reap(w)
-        open_tasks = job.open(chunk.tasks)
-        if not open_tasks:
-            return
-        if not ours:  # it died before taking the chunk up: not the samples' fault
-            if not started_before:
-                self._start_failures += 1
-            job.queue.appendleft(_Chunk(chunk.kind, open_tasks, chunk.isolated))
-            return
-        self.stats["crashed"] += 1
-        how = _describe_exit(code)
-        if chunk.kind == "batch" or current in (_IDLE, _SEVERAL):
-            suspects = open_tasks
-        else:
-            suspects = [chunk.tasks[int(current)]]
-            self._requeue(job, [i for i in open_tasks if i not in suspects], chunk.kind, False)
-        retry = []
-        for i in suspects:
-            job.attempts[i] += 1
-            if job.attempts[i] > self.config.max_retries:
-                tries = job.attempts[i]
-                job.resolve(
-                    i,
-                    SampleResult.failed(
-                        "crash", f"worker process {how} while scoring this sample ({tries} attempt(s))"
-                    ),
-                )
-            else:
-                retry.append(i)
-        isolated = current == _SEVERAL and chunk.kind != "batch"
-        self._requeue(job, retry, chunk.kind, isolated)
-
-    def _abandon(self, job: _Job, reason: str, message: str) -> None:
-        for w in [w for w in self._workers if w.chunk is not None]:
-            self._drain(job, w)
-            self._kill(w)
-            self.stats["killed"] += 1
-            self._reap(w)
-        job.queue.clear()
-        for i in range(len(job.items)):
-            if job.results[i] is None:
-                job.resolve(i, SampleResult.failed(reason, message))
-
-    def _stop_workers(self) -> None:
-        workers, self._workers = self._workers, []
-        for w in workers:
-            if w.chunk is None:
-                try:
-                    w.conn.send(("stop", -1, b""))
-                except Exception:  # noqa: BLE001
-                    pass
-        end = time.monotonic() + 1.0
-        for w in workers:
-            w.process.join(timeout=max(0.0, end - time.monotonic()))
-            if w.process.exitcode is None:
-                self._kill(w)
-            try:
-                w.conn.close()
-                w.process.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "stopped responding"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        if -code == signal.SIGKILL:
-            return f"was killed by {name} (the out-of-memory killer?)"
-        return f"was killed by {name}"
-    return f"exited with code {code}"

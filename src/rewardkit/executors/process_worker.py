@@ -15,9 +15,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.batch import Sample
+from rewardkit.executors.process_tree import become_subreaper, kill_tree, reap_zombies
 from rewardkit.result import SampleResult
 from rewardkit.runtime.worker import mark_worker
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
@@ -26,11 +28,15 @@ if TYPE_CHECKING:
     from rewardkit.scoring import ScorerSpec
 
 # Slots of a worker's shared state: the chunk it holds, the task it runs, when it last started or
-# finished one (time.monotonic(), the same clock in every process on one machine).
-_CHUNK, _CURRENT, _BEAT = 0, 1, 2
+# finished one (time.monotonic(), the same clock in every process on one machine), and the position
+# in a sync chunk where it must stop (the parent moved the tasks from there on to a free worker).
+_CHUNK, _CURRENT, _BEAT, _LIMIT = 0, 1, 2, 3
+_NO_LIMIT = 1e18
 _IDLE = -1.0  # no task running (loading a chunk, or between chunks)
 _SEVERAL = -2.0  # several async tasks in flight: which one hangs is unknown
 _FLUSH_S = 0.05  # a worker sends finished results at least this often
+_REAP_EVERY_S = 5.0  # a worker looks for orphans to reap this often...
+_ZOMBIE_MAX = 64  # ... and reaps them once more than this many wait
 
 
 def _die_with_parent(start_method: str) -> None:
@@ -100,14 +106,19 @@ class _WorkerLoop:
         self.concurrency = concurrency
         self.loop: asyncio.AbstractEventLoop | None = None
         self.retire = False
+        self._out: list[tuple[int, SampleResult]] | None = None  # finished, unsent results of a sync chunk
+        self._out_chunk = -1
+        self._out_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
 
     def serve(self) -> None:
         while True:
             try:
                 kind, chunk_id, payload = self.conn.recv()
             except (EOFError, OSError):
-                return
+                kind = "stop"
             if kind == "stop":
+                kill_tree([os.getpid()])  # what its scorers started and left running ends with it
                 return
             self.state[_CURRENT] = _IDLE
             self.state[_CHUNK] = chunk_id
@@ -140,21 +151,47 @@ class _WorkerLoop:
         self.state[_BEAT] = time.monotonic()
 
     def run_sync(self, chunk_id: int, items: list) -> None:
-        out: list[tuple[int, SampleResult]] = []
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_stalled, name="rewardkit-flush", daemon=True)
+            self._flusher.start()
+        out = self._out = []
+        self._out_chunk = chunk_id
         last = time.monotonic()
+        ran = 0
         cpu = time.process_time()  # CPU, not wall: the cost of a task, however busy the machine is
         for i, (spec, sample) in enumerate(items):
+            if i >= self.state[_LIMIT]:
+                break
+            ran = i + 1
             now = time.monotonic()
             if out and now - last > _FLUSH_S:
-                self.send(("results", chunk_id, out, None))
-                out, last = [], now
+                with self._out_lock:
+                    if out:
+                        self.send(("results", chunk_id, out[:], None))
+                        out.clear()
+                last = now
             self.beat(i)
             try:
                 r = invoke(spec, sample, self.max_input_chars)
             except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt/CancelledError from a scorer
                 r = error_result(e)
-            out.append((i, r))
-        self.send(("results", chunk_id, out, (time.process_time() - cpu) / max(1, len(items))))
+            with self._out_lock:
+                out.append((i, r))
+        with self._out_lock:
+            self.send(("results", chunk_id, out[:], (time.process_time() - cpu) / max(1, ran)))
+            out.clear()
+            self._out = None
+
+    def _flush_stalled(self) -> None:
+        """Send finished results while a slow task runs: a kill at its deadline must not lose them."""
+        while True:
+            time.sleep(_FLUSH_S)
+            if self._out and time.monotonic() - self.state[_BEAT] > _FLUSH_S:
+                with self._out_lock:
+                    out = self._out
+                    if out:
+                        self.send(("results", self._out_chunk, out[:], None))
+                        out.clear()
 
     async def run_async(self, chunk_id: int, items: list) -> None:
         from rewardkit.runtime.deadlines import LeftRunning, wait_for_unqueued
@@ -206,6 +243,15 @@ class _WorkerLoop:
         self.conn.send_bytes(data)
 
 
+def _reap_orphans() -> None:
+    while True:
+        time.sleep(_REAP_EVERY_S)
+        try:
+            reap_zombies(_ZOMBIE_MAX)
+        except OSError:
+            pass
+
+
 def _sendable(msg: tuple) -> tuple:
     kind, chunk_id, results, busy = msg
     if kind != "results":
@@ -237,6 +283,8 @@ def _worker_main(
         os.setsid()  # its own process group, so that a kill also reaches what a scorer started
     except OSError:
         pass
+    if become_subreaper():  # what its scorers orphan (daemons, double forks) stays in its tree, to be killed
+        threading.Thread(target=_reap_orphans, name="rewardkit-reaper", daemon=True).start()
     _die_with_parent(start_method)
     if memory_limit_mb:
         _limit_memory(memory_limit_mb)
@@ -271,8 +319,9 @@ def _slim(sample: Sample, keep: tuple[str, ...]) -> Sample:
 _MAIN_ENV = "REWARDKIT_PARENT_MAIN"
 
 
-def _prepare_fork_server(ctx) -> None:
-    """Before the fork server starts: preload this module, not ``__main__``, and name the parent's main."""
+def _prepare_fork_server(ctx, preload: Sequence[str] = ()) -> None:
+    """Before the fork server starts: preload this module (and ``preload``: built-in scorer modules, so
+    that every worker forks warm), not ``__main__``, and name the parent's main."""
     from multiprocessing import process
 
     main = sys.modules.get("__main__")
@@ -284,7 +333,7 @@ def _prepare_fork_server(ctx) -> None:
         if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:
             path = os.path.join(process.ORIGINAL_DIR, path)
         os.environ[_MAIN_ENV] = f"path:{os.path.normpath(path)}"
-    ctx.set_forkserver_preload(["rewardkit.executors.process"])
+    ctx.set_forkserver_preload(["rewardkit.executors.process", *preload])
 
 
 def _adopt_parent_main() -> None:

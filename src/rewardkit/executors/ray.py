@@ -69,7 +69,11 @@ class RayExecutor(Executor):
         group = await asyncio.to_thread(self._ensure_group)
         tasks = list(tasks)
         shards = split_contiguous(len(tasks), max(1, group.live_workers()) * self.shards_per_worker)
-        coro = group.run(len(tasks), shards, lambda h, s: h.run_tasks.remote(tasks[s.start : s.stop]))
+        coro = group.run(
+            len(tasks),
+            shards,
+            lambda h, s, left: h.run_tasks.remote(tasks[s.start : s.stop], time_left_s=left),
+        )
         return await group.loop.arun(coro)
 
     async def run_batch(self, spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:
@@ -83,7 +87,7 @@ class RayExecutor(Executor):
         coro = group.run(
             len(samples),
             [Shard(0, len(samples))],
-            lambda h, s: h.run_batch.remote(spec, samples),
+            lambda h, s, left: h.run_batch.remote(spec, samples, time_left_s=left),
             splittable=False,
         )
         return await group.loop.arun(coro)

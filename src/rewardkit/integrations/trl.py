@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
+from rewardkit.inputs import completion_text, content_text  # noqa: F401 - re-exported
 from rewardkit.integrations.sample_info import info_keys, sample_info
 
 if TYPE_CHECKING:
@@ -51,45 +52,6 @@ SAMPLE_FIELDS = ("ground_truth", "data_source", "extra_info", "uid", "reward_mod
 #: How many recent batches a shared engine remembers, so that reward functions built from one
 #: config (e.g. one per component) score a training step's batch once between them.
 _MEMO_SIZE = 8
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's ``content``: a string, or the ``text`` parts of a multimodal list."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and part.get("type", "text") == "text":
-                parts.append(str(part.get("text", "")))
-        return "".join(parts)
-    return str(content)
-
-
-def completion_text(completion: Any) -> str:
-    """The response text of one TRL completion.
-
-    A string is returned as is. Conversational completions (a list of message dicts) give the
-    content of their *last* assistant message (after tool calls, that is the final answer); a
-    list without assistant messages gives all contents joined by newlines.
-    """
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        return content_text(completion.get("content"))
-    if isinstance(completion, Sequence):
-        messages = [m for m in completion if isinstance(m, Mapping)]
-        assistant = [m for m in messages if m.get("role") == "assistant"]
-        if assistant:
-            return content_text(assistant[-1].get("content"))
-        return "\n".join(content_text(m.get("content")) for m in messages)
-    raise TypeError(f"a TRL completion must be a string or chat messages, got {type(completion).__name__}")
 
 
 def _prompt(prompt: Any) -> Any:

@@ -298,51 +298,16 @@ class RewardKitRewardManager:
     # -- decoding --------------------------------------------------------------------------------
     def records(self, data: Any) -> tuple[list[dict[str, Any]], Any]:
         """The rewardkit sample records of a verl ``DataProto`` and its response mask ``[batch, response_len]``."""
-        batch = data.batch
-        prompts, responses = batch["prompts"], batch["responses"]
-        prompt_len = prompts.shape[-1]
-        mask = batch["attention_mask"]
-        response_mask = mask[:, prompt_len:]
-        if response_mask.shape != responses.shape:
-            raise ValueError(
-                f"attention_mask[:, prompt_len:] has shape {tuple(response_mask.shape)} but responses has "
-                f"{tuple(responses.shape)}"
-            )
-        prompt_lens = mask[:, :prompt_len].sum(dim=-1).tolist()
-        response_lens = response_mask.sum(dim=-1).tolist()
-        nt = data.non_tensor_batch
-        n = len(responses)
-        records = []
-        for i in range(n):
-            p_ids = prompts[i][prompt_len - int(prompt_lens[i]) :] if prompt_lens[i] else prompts[i][:0]
-            r_ids = responses[i][: int(response_lens[i])]
-            rec: dict[str, Any] = {
-                "prompt": self._decode(p_ids),
-                "response": self._decode(r_ids),
-                "response_length": int(response_lens[i]),
-            }
-            if self.reward_fn_key in nt:
-                ds = nt[self.reward_fn_key][i]
-                rec["data_source"] = None if ds is None else str(ds)
-            if "reward_model" in nt:
-                rm = _plain(nt["reward_model"][i])
-                rec["ground_truth"] = rm.get("ground_truth") if isinstance(rm, Mapping) else None
-            elif "ground_truth" in nt:
-                rec["ground_truth"] = _plain(nt["ground_truth"][i])
-            if "extra_info" in nt:
-                extra = _plain(nt["extra_info"][i])
-                rec["extra_info"] = dict(extra) if isinstance(extra, Mapping) else {}
-            if "uid" in nt and nt["uid"][i] is not None:
-                rec["uid"] = str(nt["uid"][i])
-            records.append(rec)
-        return records, response_mask
+        samples, response_mask = self.samples(data)
+        return [s.to_dict() for s in samples], response_mask
 
-    def _decode(self, ids: Any) -> str:
+    def samples(self, data: Any) -> tuple[list[Any], Any]:
+        """The samples of a verl ``DataProto`` (batch-decoded, prompts lazily) and its response mask."""
+        from rewardkit.inputs import dataproto_samples
+
         if self.tokenizer is None:
             raise ValueError("RewardKitRewardManager needs a tokenizer to decode a DataProto")
-        return self.tokenizer.decode(
-            ids.tolist() if hasattr(ids, "tolist") else ids, skip_special_tokens=True
-        )
+        return dataproto_samples(data, self.tokenizer, reward_fn_key=self.reward_fn_key)
 
     # -- scoring ---------------------------------------------------------------------------------
     def score(self, data: Any) -> tuple[RewardResult, Any]:
@@ -350,18 +315,19 @@ class RewardKitRewardManager:
         result, reward_tensor, _ = self._score(data)
         return result, reward_tensor
 
-    def _score(self, data: Any) -> tuple[RewardResult, Any, list[dict[str, Any]]]:
-        records, response_mask = self.records(data)
-        result = self.engine.compute(records)
+    def _score(self, data: Any) -> tuple[RewardResult, Any, list[Any]]:
+        samples, response_mask = self.samples(data)
+        result = self.engine.compute(samples)
         reward_tensor = result.token_level_rewards(response_mask)
-        self._examine(records, result)
-        return result, reward_tensor, records
+        if self.num_examine > 0:
+            self._examine([s.to_dict() for s in samples], result)
+        return result, reward_tensor, samples
 
     def info_keys(self) -> list[str]:
         """The ``reward_extra_info`` keys of every sample, in both protocols (see :func:`sample_info`)."""
         return [*info_keys(self.engine.config), "empty_response"]
 
-    def sample_infos(self, result: RewardResult, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def sample_infos(self, result: RewardResult, records: list[Any]) -> list[dict[str, Any]]:
         """One ``reward_extra_info`` dict per sample, all with :meth:`info_keys`.
 
         ``empty_response`` is True where the response had no valid token (no reward token was
@@ -371,11 +337,12 @@ class RewardKitRewardManager:
         out = []
         for r, rec in zip(result.samples, records, strict=True):
             info = sample_info(r, cfg)
-            info["empty_response"] = rec.get("response_length") == 0
+            length = rec.get("response_length") if isinstance(rec, dict) else rec.response_length
+            info["empty_response"] = length == 0
             out.append(info)
         return out
 
-    def extra_info(self, result: RewardResult, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    def extra_info(self, result: RewardResult, records: list[Any]) -> dict[str, list[Any]]:
         """verl's legacy ``reward_extra_info``: one list per key, one value per sample."""
         infos = self.sample_infos(result, records)
         return {k: [info[k] for info in infos] for k in self.info_keys()}

@@ -122,7 +122,9 @@ class WorkerPool:
             cond.notify_all()
 
 
-Send = Callable[[Any, Shard], Any]
+#: ``send(handle, shard, time_left_s)``: start one shard's remote call; ``time_left_s`` is what is
+#: left of the batch deadline (``None``: no deadline), for the worker to stop in time by itself.
+Send = Callable[[Any, Shard, float | None], Any]
 
 
 async def dispatch(
@@ -140,8 +142,9 @@ async def dispatch(
 ) -> list[SampleResult]:
     """Run ``shards`` of a batch of ``n`` on ``pool``; one result per sample, in input order.
 
-    ``send(handle, shard)`` starts the remote call and returns its ``ObjectRef`` (resolving to a
-    :class:`~rewardkit.ray.worker.ShardReply`). ``deadline`` is a ``time.monotonic()`` value.
+    ``send(handle, shard, time_left_s)`` starts the remote call and returns its ``ObjectRef``
+    (resolving to a :class:`~rewardkit.ray.worker.ShardReply`); a worker that stops at
+    ``time_left_s`` sends back what it scored by then, so those results are kept. ``deadline`` is a ``time.monotonic()`` value.
     ``on_results(start, results)`` is called as each shard finishes (streaming). ``splittable=False``
     (a batch scorer's single call) retries a crashed shard whole and never splits it. An exception the
     worker's engine raised (bad config, bad sample) is re-raised here with its own type.
@@ -169,7 +172,8 @@ async def dispatch(
         except NoLiveWorkersError as e:
             return "no_workers", e
         try:
-            ref = send(slot.handle, shard)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ref = send(slot.handle, shard, left)
             refs[shard] = ref
             return "ok", await ref
         except crash_types as e:

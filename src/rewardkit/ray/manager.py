@@ -341,7 +341,7 @@ class RewardLoopManager:
                 results = await self._group.run(
                     len(batch),
                     shards,
-                    lambda h, s: h.compute.remote(batch[s.start : s.stop]),
+                    lambda h, s, left: h.compute.remote(batch[s.start : s.stop], time_left_s=left),
                     on_results=on_results,
                     stats=stats,
                     batch_timeout_s=batch_timeout_s,

@@ -87,25 +87,34 @@ class RewardLoopWorker:
             self._engine = RewardEngine(self.config, registries=registries)
         return self._engine
 
-    async def compute(self, samples: list[Any]) -> ShardReply:
-        """Score one shard through the engine (manager, executor, reward model)."""
+    async def compute(self, samples: list[Any], time_left_s: float | None = None) -> ShardReply:
+        """Score one shard through the engine (manager, executor, reward model).
+
+        ``time_left_s``: what is left of the manager's batch deadline. The inline executor stops a
+        little before it, so the samples it scored by then come back (not turned into ``timeout``).
+        """
         try:
-            result = await self._get_engine().acompute(samples)
+            with _deadline(time_left_s):
+                result = await self._get_engine().acompute(samples)
             return ShardReply(results=result.samples, pid=os.getpid())
         except Exception as e:  # noqa: BLE001 - carried back typed, re-raised by the manager
             return ShardReply(error=pack_error(e), pid=os.getpid())
 
-    async def run_tasks(self, tasks: list[Any]) -> ShardReply:
+    async def run_tasks(self, tasks: list[Any], time_left_s: float | None = None) -> ShardReply:
         """Run :class:`~rewardkit.executors.base.ScoreTask` objects on the local executor (for ``executor: ray``)."""
         try:
-            return ShardReply(results=await self._local_executor().run(tasks), pid=os.getpid())
+            with _deadline(time_left_s):
+                results = await self._local_executor().run(tasks)
+            return ShardReply(results=results, pid=os.getpid())
         except Exception as e:  # noqa: BLE001
             return ShardReply(error=pack_error(e), pid=os.getpid())
 
-    async def run_batch(self, spec: Any, samples: list[Any]) -> ShardReply:
+    async def run_batch(self, spec: Any, samples: list[Any], time_left_s: float | None = None) -> ShardReply:
         """One call of a batch scorer on the local executor."""
         try:
-            return ShardReply(results=await self._local_executor().run_batch(spec, samples), pid=os.getpid())
+            with _deadline(time_left_s):
+                results = await self._local_executor().run_batch(spec, samples)
+            return ShardReply(results=results, pid=os.getpid())
         except Exception as e:  # noqa: BLE001
             return ShardReply(error=pack_error(e), pid=os.getpid())
 
@@ -129,6 +138,20 @@ class RewardLoopWorker:
         if self._executor is not None:
             self._executor.close()
             self._executor = None
+
+
+def _deadline(time_left_s: float | None):
+    """A deadline scope for the inline executor, ending a little before the manager's own deadline
+    (the reply must still reach the manager in time)."""
+    import contextlib
+    import time
+
+    from rewardkit.executors.inline import batch_deadline
+
+    if time_left_s is None:
+        return contextlib.nullcontext()
+    margin = min(1.0, 0.2 * time_left_s)
+    return batch_deadline(time.monotonic() + max(0.0, time_left_s - margin))
 
 
 _actor_cls = None

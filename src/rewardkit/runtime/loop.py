@@ -24,11 +24,16 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for it (from any other thread)."""
+        """Run ``coro`` on the loop and wait for it (from any other thread); interrupted, it is cancelled."""
         if threading.current_thread() is self._thread:
             coro.close()  # never to run: no "was never awaited" warning on top of the error
             raise RuntimeError("LoopThread.run() called from its own loop; await the coroutine instead")
-        return self.submit(coro).result()
+        future = self.submit(coro)
+        try:
+            return future.result()
+        except BaseException:  # KeyboardInterrupt while waiting: stop the work, don't orphan it
+            future.cancel()
+            raise
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and await it from another event loop."""

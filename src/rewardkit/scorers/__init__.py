@@ -36,14 +36,19 @@ DATA_SOURCES = {
 
 @hookimpl
 def register_scorers(register):
-    """Register the built-in rule-based scorers with the data sources verl users already use."""
+    """Register the built-in rule-based scorers with the data sources verl users already use.
+
+    ``cheap``: pure regex/arithmetic scorers that cannot hang; not ``math`` (math-verify's sympy can
+    run away), ``code`` (runs programs), ``regex_format`` (a configured pattern can backtrack) or
+    ``cosine_length`` (it runs a base scorer, which may be ``math`` or ``code``).
+    """
     from rewardkit.scorers import code, format, gsm8k, length, math_boxed, math_dapo
 
-    register(gsm8k.compute_score, name="gsm8k", data_sources=DATA_SOURCES["gsm8k"])
+    register(gsm8k.compute_score, name="gsm8k", data_sources=DATA_SOURCES["gsm8k"], cheap=True)
     register(math_boxed.compute_score, name="math", data_sources=DATA_SOURCES["math"])
-    register(math_dapo.compute_score, name="math_dapo", data_sources=DATA_SOURCES["math_dapo"])
+    register(math_dapo.compute_score, name="math_dapo", data_sources=DATA_SOURCES["math_dapo"], cheap=True)
     register(code.compute_score, name="code", data_sources=DATA_SOURCES["code"])
-    register(format.think_format, name="think_format")
-    register(format.boxed_format, name="boxed_format")
+    register(format.think_format, name="think_format", cheap=True)
+    register(format.boxed_format, name="boxed_format", cheap=True)
     register(format.regex_format, name="regex_format")
     register(length.cosine_length, name="cosine_length")

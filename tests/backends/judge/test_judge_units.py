@@ -181,33 +181,49 @@ class Clock:
         return self.t
 
 
-def test_breaker_opens_then_half_open_probe_decides():
+def test_breaker_opens_only_without_success_in_the_window():
     clock = Clock()
-    b = CircuitBreaker(threshold=3, cooldown_s=10, clock=clock)
-    for _ in range(2):
-        assert b.gate() == "allow"
+    b = CircuitBreaker(threshold=3, cooldown_s=10, window_s=2, clock=clock)
+    b.success()
+    for _ in range(10):  # many failures, but a success 0 s ago: the server answers, it is not down
+        b.failure("500")
+    assert b.state == "closed"
+    clock.t = 1.0
+    b.success()
+    for i in range(20):  # 30% faults interleaved with successes never open it
+        b.failure("reset") if i % 3 == 0 else b.success()
+    assert b.state == "closed"
+    clock.t = 5.0  # no success for 4 s and three failures: down
+    for _ in range(3):
         b.failure("refused")
-    assert b.state == "closed"
-    b.failure("refused")
-    assert b.state == "open" and b.gate() == "open"
+    assert b.state == "open"
     assert "3 times in a row" in b.message() and "refused" in b.message()
-    clock.t = 10.5
-    assert b.gate() == "allow"  # the probe
-    assert b.gate() == "wait"  # others wait for it
-    b.failure("still down")
-    assert b.gate() == "open"
-    clock.t = 21
-    assert b.gate() == "allow"
-    b.success()
-    assert b.state == "closed" and b.gate() == "allow"
 
 
-def test_breaker_success_resets_the_count():
-    b = CircuitBreaker(threshold=2, cooldown_s=1)
-    b.failure("x")
-    b.success()
-    b.failure("x")
-    assert b.state == "closed"
+def test_breaker_half_open_lets_one_probe_and_fails_only_after_a_fresh_probe():
+    clock = Clock()
+    b = CircuitBreaker(threshold=2, cooldown_s=1.0, window_s=0.5, clock=clock)
+    b.failure("refused")
+    b.failure("refused")
+    assert b.state == "open"
+    early = b.ticket()
+    assert b.gate(early) == "wait"  # the first probe is not due yet; waiting, not failing
+    clock.t = 0.11
+    assert b.gate(early) == "allow"  # the probe
+    assert b.gate(early) == "wait" and b.gate(b.ticket()) == "wait"  # exactly one probe at a time
+    b.failure("still refused", probe=True)
+    assert b.gate(early) == "wait"  # the outage is younger than cooldown_s: keep waiting
+    clock.t = 1.5
+    assert b.gate(early) == "allow"  # the next probe
+    assert b.gate(early) == "open"  # old outage, and a probe sent after it arrived failed
+    late = b.ticket()  # a fresh batch arrives: it is not failed before it has seen a probe of its own
+    assert b.gate(late) == "wait"
+    b.failure("refused", probe=True)
+    assert b.gate(late) == "wait"  # that probe was sent before it arrived
+    clock.t = 2.0
+    assert b.gate(late) == "allow"  # its own probe
+    b.success()  # the probe came back: closed, everyone goes
+    assert b.state == "closed" and b.gate(late) == "allow" and b.gate(early) == "allow"
 
 
 def test_rate_limiter_spaces_reservations():
@@ -269,7 +285,7 @@ def test_defaults_come_from_the_template():
     assert GenerativeRM(rm2).model == "judge-from-path"
 
 
-async def test_adaptive_limit_halves_once_per_wave_and_grows_back():
+async def test_adaptive_limit_halves_on_a_congested_wave_and_grows_back():
     import time
 
     from rewardkit.backends.http import AdaptiveLimit
@@ -277,18 +293,26 @@ async def test_adaptive_limit_halves_once_per_wave_and_grows_back():
     lim = AdaptiveLimit(16)
     async with lim as sent_a:
         pass
-    async with lim as sent_b:
-        pass
-    lim.overloaded(sent_b)
-    lim.overloaded(sent_a)  # sent before the cut: the same wave, no second cut
+    for i in range(16):  # a wave of 16 answers, half of them 429: congestion
+        lim.overloaded(sent_a) if i % 2 else lim.succeeded(sent_a)
     assert lim.limit == 8
-    lim.overloaded(time.monotonic())
-    assert lim.limit == 4 and lim.lowest == 4
+    for _ in range(16):  # answers to requests sent before the cut say nothing about the new limit
+        lim.overloaded(sent_a)
+    assert lim.limit == 8
+    now = time.monotonic() + 1
+    for i in range(8):
+        lim.overloaded(now) if i % 2 == 0 else lim.succeeded(now)
+    assert lim.limit == 4 and lim.lowest == 4  # the floor: a quarter of 16
     for _ in range(4):
         lim.succeeded()
-    assert lim.limit == pytest.approx(5, abs=0.1)  # one round of successes: +1
+    assert 5 < lim.limit < 8  # one round of successes regains part of the way to the pre-cut 8
+    burst = AdaptiveLimit(16)
+    for i in range(16):  # two 429s among fourteen successes: a burst, not congestion
+        burst.overloaded(now) if i < 2 else burst.succeeded(now)
+    assert burst.limit == 16
     fixed = AdaptiveLimit(16, adaptive=False)
-    fixed.overloaded(time.monotonic())
+    for _ in range(16):
+        fixed.overloaded(now)
     assert fixed.limit == 16
 
 

@@ -1,0 +1,234 @@
+"""`rewardkit serve` against bad clients and a bad day: limits, draining, slow and hanging clients."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
+
+from rewardkit.server import create_app, serve_command
+
+from .serve_proc import ServeProc
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def serve_config(tmp_path, scorer_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        f"reward:\n  executor: inline\n  custom_reward_function:\n    path: {scorer_path}\n", encoding="utf-8"
+    )
+    return config
+
+
+@pytest.fixture
+def server(serve_config):
+    procs = []
+
+    def start(*args: str) -> ServeProc:
+        p = ServeProc(serve_config, *args)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.close()
+
+
+@pytest.fixture
+async def client(rk_config):
+    c = TestClient(TestServer(create_app(rk_config), host="127.0.0.1"))
+    await c.start_server()
+    yield c
+    await c.close()
+
+
+GOOD = {"samples": [{"response": "1", "ground_truth": "1"}]}
+
+
+async def test_deep_nesting_is_a_400_not_a_recursion_error(client):
+    deep = b'{"samples": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}"
+    resp = await client.post("/v1/score", data=deep, headers={"Content-Type": "application/json"})
+    assert resp.status == 400
+    body = await resp.json()
+    assert "nested" in body["error"] and "RecursionError" not in body["error"]
+    medium = b'{"samples": [{"response": "1", "extra_info": ' + b'{"a": ' * 200 + b"1" + b"}" * 200 + b"}]}"
+    resp = await client.post("/v1/score", data=medium, headers={"Content-Type": "application/json"})
+    assert resp.status == 400 and "nested more than 64" in (await resp.json())["error"]
+    assert (await client.post("/v1/score", json=GOOD)).status == 200
+
+
+async def test_media_type_and_query_type(client):
+    resp = await client.post("/v1/score", data=b'{"samples": []}', headers={"Content-Type": "text/plain"})
+    assert resp.status == 415 and "application/json" in (await resp.json())["error"]
+    ok = await client.post(
+        "/v1/score", data=b'{"samples": []}', headers={"Content-Type": "application/json; charset=utf-8"}
+    )
+    assert ok.status == 200
+    resp = await client.post("/get_reward", json={"query": "notalist"})
+    assert resp.status == 422
+    body = await resp.json()
+    assert body["field"] == "query" and "list" in body["error"]
+
+
+async def test_health_does_not_count_itself(client):
+    for _ in range(3):
+        body = await (await client.get("/health")).json()
+        assert body == {**body, "status": "ok", "in_flight": 0}
+
+
+def test_blank_or_padded_tokens_are_refused_at_start(serve_config, monkeypatch):
+    monkeypatch.delenv("REWARDKIT_SERVE_TOKEN", raising=False)
+    for token in (" ", "   ", " s3cret", "s3cret\n"):
+        res = CliRunner().invoke(
+            serve_command, ["--config", str(serve_config), "--port", "0", "--token", token]
+        )
+        assert res.exit_code == 2 and "whitespace" in res.output, (token, res.output)
+        with pytest.raises(ValueError, match="whitespace"):
+            create_app({"executor": "inline"}, token=token)
+    monkeypatch.setenv("REWARDKIT_SERVE_TOKEN", "  ")
+    res = CliRunner().invoke(serve_command, ["--config", str(serve_config), "--port", "0"])
+    assert res.exit_code == 2 and "whitespace" in res.output
+
+
+def test_serve_has_scores_overrides_and_documented_limits():
+    out = CliRunner().invoke(serve_command, ["--help"]).output
+    for opt in ("--executor", "--num-workers", "--timeout", "--read-timeout", "--max-connections"):
+        assert opt in out
+    flat = " ".join(out.split())
+    assert "more answers 413" in flat and "largest request body in MiB" in flat
+
+
+def test_executor_override_reaches_the_engine(server):
+    srv = server("--executor", "inline", "--timeout", "0.5")
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+
+
+def test_shutdown_timeout_answers_in_flight_503_and_health_drains(server):
+    srv = server("--shutdown-timeout", "2")
+    hung: dict = {}
+    thread = threading.Thread(
+        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 3600"}]}))
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while srv.get("/health")[1]["in_flight"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    signalled = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    status, body = srv.get("/health")
+    assert status == 200 and body["status"] == "draining" and body["in_flight"] == 1
+    status, body = srv.post("/v1/score", GOOD)
+    assert status == 503 and "shutting down" in body["error"]
+    thread.join(timeout=60)
+    status, body = hung["answer"]
+    assert status == 503 and "--shutdown-timeout" in body["error"]
+    assert srv.proc.wait(timeout=30) == 0
+    took = time.monotonic() - signalled
+    assert took < 2 + 15, took  # was 15.6 s for a 5 s timeout: now the timeout plus clean-up
+    err = srv.stderr_rest()
+    assert "still running after 2.0s" in err and "stopped" in err
+
+
+def _raw(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
+    """What the server sent before closing, or None if it kept the connection open that long."""
+    sock.settimeout(seconds)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return data
+            data += chunk
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return data
+
+
+def test_slow_clients_are_cut_off_and_connections_capped(server):
+    srv = server("--read-timeout", "1", "--max-connections", "4")
+    slow = [_raw(srv.port) for _ in range(4)]
+    for s in slow:
+        s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\n")  # headers never finish
+    time.sleep(0.2)
+    over = _raw(srv.port)
+    answer = _closed_within(over, 5)
+    assert answer is not None and b"503" in answer.split(b"\r\n")[0] and b"too many" in answer
+    for s in slow:  # a byte now and then does not keep a connection open past the header deadline
+        s.sendall(b"X")
+    gone = [_closed_within(s, 10) for s in slow]
+    assert all(g is not None for g in gone)
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # room again
+
+    body_slow = _raw(srv.port)
+    body_slow.sendall(
+        b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    answer = _closed_within(body_slow, 15)
+    assert answer is not None and b" 408 " in answer.split(b"\r\n")[0]
+    for s in (*slow, over, body_slow):
+        s.close()
+
+
+def test_a_hanging_request_does_not_hold_up_other_clients(server):
+    """Head-of-line: one-sample requests are answered while another client's batch hangs."""
+    srv = server()
+    hung: dict = {}
+    batch = {"samples": [{"response": "SLEEP 3"} for _ in range(2)]}
+    thread = threading.Thread(target=lambda: hung.update(answer=srv.post("/v1/score", batch)))
+    start = time.monotonic()
+    thread.start()
+    while srv.get("/health")[1]["in_flight"] < 1:
+        time.sleep(0.05)
+
+    async def five():
+        return await asyncio.gather(*(asyncio.to_thread(srv.post, "/v1/score", GOOD) for _ in range(5)))
+
+    answers = asyncio.run(five())
+    quick = time.monotonic() - start
+    assert all(a == (200, {**a[1], "scores": [1.0]}) for a in answers)
+    thread.join(timeout=120)
+    slow = time.monotonic() - start
+    assert hung["answer"][0] == 200
+    assert quick < slow / 2, (quick, slow)
+
+
+def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(server):
+    """The process executor runs one job at a time; with two lanes a hung request holds up only its own."""
+    srv = server("--executor", "process", "--num-workers", "1", "--timeout", "60", "--lanes", "2")
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # both lanes' first use: lane 0 warm
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+    hung: dict = {}
+    start = time.monotonic()
+    thread = threading.Thread(
+        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 8"}]}))
+    )
+    thread.start()
+    while srv.get("/health")[1]["in_flight"] < 1:
+        time.sleep(0.05)
+
+    async def five():
+        return await asyncio.gather(*(asyncio.to_thread(srv.post, "/v1/score", GOOD) for _ in range(5)))
+
+    answers = asyncio.run(five())
+    quick = time.monotonic() - start
+    assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a in answers)
+    thread.join(timeout=120)
+    slow = time.monotonic() - start
+    assert hung["answer"][0] == 200 and slow >= 8
+    assert quick < slow / 2, (quick, slow)
