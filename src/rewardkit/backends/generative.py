@@ -86,6 +86,7 @@ class GenerativeRM(HTTPBackend):
     """
 
     name = "generative"
+    Options = GenerativeSettings
 
     def __init__(self, config: RewardModelConfig):
         self.settings: GenerativeSettings = parse_settings(

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from rewardkit.errors import ConfigError
+from rewardkit.options import Options, validate_options
 
 
-class HTTPSettings(BaseModel):
+class HTTPSettings(Options):
     """Client settings common to the HTTP backends (``reward_model.rollout``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     base_url: str | list[str] = Field(
         description="server root, e.g. http://127.0.0.1:8000, or a list of replicas' roots"
@@ -92,17 +89,4 @@ class HTTPSettings(BaseModel):
 
 def parse_settings(cls: type[BaseModel], data: dict[str, Any], backend: str) -> Any:
     """Validate ``reward_model.rollout`` into ``cls``; raise :class:`ConfigError` with one line per problem."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        lines = [f"invalid reward_model.rollout for backend {backend!r}:"]
-        known = ", ".join(sorted(cls.model_fields))
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(str(err["loc"][-1]), list(cls.model_fields), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                lines.append(f"  rollout.{loc}: unknown key.{hint} Known keys: {known}.")
-            else:
-                lines.append(f"  rollout.{loc}: {err['msg']} (got {err.get('input')!r:.60})")
-        raise ConfigError("\n".join(lines)) from None
+    return validate_options(cls, data, "reward.reward_model.rollout", f"backend {backend!r}")
