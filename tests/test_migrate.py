@@ -115,7 +115,7 @@ SINGLE_KEYS = [
     (
         {"sandbox_fusion": {"max_concurrent": 8}},
         "sandbox_fusion.max_concurrent",
-        "sandbox_fusion.max_concurrent",
+        "sandbox_fusion.max_concurrency",
         8,
     ),
     (
@@ -133,7 +133,7 @@ SINGLE_KEYS = [
     (
         {"reward_model": {"sandbox_fusion": {"max_concurrent": 3}}},
         "reward_model.sandbox_fusion.max_concurrent",
-        "sandbox_fusion.max_concurrent",
+        "sandbox_fusion.max_concurrency",
         3,
     ),
 ]
@@ -428,7 +428,7 @@ def test_bug1_path_only_custom_function_keeps_compute_score(write_module, legacy
 def test_bug2_url_only_sandbox_keeps_default_limits(legacy):
     cfg, _, _ = _migrate(legacy)
     sandbox = load_config(cfg).sandbox_fusion
-    assert (sandbox.url, sandbox.max_concurrent, sandbox.memory_limit_mb) == (
+    assert (sandbox.url, sandbox.max_concurrency, sandbox.memory_limit_mb) == (
         "http://127.0.0.1:8080/run_code",
         64,
         1024,
@@ -477,7 +477,7 @@ def test_bug3_custom_manager_class_lands_where_the_loader_reads_it(tmp_path, wri
     # The same file also carried bugs 1 and 2.
     config = load_config(cfg)
     assert config.custom_reward_function.name == "compute_score"
-    assert (config.sandbox_fusion.max_concurrent, config.sandbox_fusion.memory_limit_mb) == (64, 1024)
+    assert (config.sandbox_fusion.max_concurrency, config.sandbox_fusion.memory_limit_mb) == (64, 1024)
 
 
 def test_bug3_class_named_by_reward_manager_alone():
@@ -874,7 +874,7 @@ def test_malformed_input_names_the_key(config, needle):
         ),
         (
             {"sandbox_fusion": {"max_concurrent": -1}},
-            "reward.sandbox_fusion.max_concurrent",
+            "reward.sandbox_fusion.max_concurrency",
             "sandbox_fusion.max_concurrent",
         ),
         (
@@ -981,7 +981,7 @@ def test_migrated_real_world_config_scores(write_module):
             {"reward_model": {"modle_path": "x"}},
             "reward.reward_model.modle_path: unknown key. Did you mean 'model_path'?",
         ),
-        ({"sandbox_fusion": {"max_concurent": 2}}, "Did you mean 'max_concurrent'?"),
+        ({"sandbox_fusion": {"max_concurent": 2}}, "Did you mean 'max_concurrency'?"),
         (
             {"reward_model": {"n_gpus_per_node": "four"}},
             "reward.reward_model.n_gpus_per_node: Input should be a valid integer",

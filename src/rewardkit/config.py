@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -189,8 +189,10 @@ class RewardModelConfig(_Model):
 class SandboxFusionConfig(_Model):
     """A remote code sandbox (SandboxFusion). ``url`` unset means the local subprocess sandbox."""
 
+    RENAMED: ClassVar[dict[str, str]] = {"max_concurrent": "max_concurrency"}
+
     url: str | None = Field(None, description="SandboxFusion endpoint; unset: the local sandbox")
-    max_concurrent: int = Field(64, gt=0, description="requests in flight to the sandbox")
+    max_concurrency: int = Field(64, gt=0, description="requests in flight to the sandbox")
     memory_limit_mb: int = Field(1024, gt=0, description="memory limit of one program")
 
 

@@ -70,10 +70,10 @@ _MOVES: dict[KeyPath, KeyPath] = {
     ("custom_reward_function", "path"): ("custom_reward_function", "path"),
     ("custom_reward_function", "name"): ("custom_reward_function", "name"),
     ("sandbox_fusion", "url"): ("sandbox_fusion", "url"),
-    ("sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
+    ("sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrency"),
     ("sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
     ("reward_model", "sandbox_fusion", "url"): ("sandbox_fusion", "url"),
-    ("reward_model", "sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
+    ("reward_model", "sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrency"),
     ("reward_model", "sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
 }
 
@@ -223,8 +223,16 @@ _VERL_NEW_DEFAULTS: dict[KeyPath, Any] = {
     ("reward_model", "enable_resource_pool"): False,
     ("reward_model", "n_gpus_per_node"): 8,
     ("reward_model", "nnodes"): 0,
-    ("sandbox_fusion", "max_concurrent"): 64,
+    ("sandbox_fusion", "max_concurrency"): 64,
     ("sandbox_fusion", "memory_limit_mb"): 1024,
+}
+
+# Keys of verl's new layout (and rewardkit's deprecated spellings) that rewardkit names otherwise.
+_RENAMED: dict[KeyPath, str] = {
+    ("sandbox_fusion", "max_concurrent"): "max_concurrency",
+    ("reward_model", "rollout", "max_in_flight"): "max_concurrency",
+    ("reward_model", "rollout", "min_in_flight"): "min_concurrency",
+    ("reward_model", "rollout", "deadline_s"): "batch_timeout_s",
 }
 
 # verl managers with no rewardkit counterpart of the same name.
@@ -637,6 +645,12 @@ class _Migrator:
                     strip(v, (*path, k))
 
         strip(self.out, ("reward",))
+        for path, new_key in _RENAMED.items():
+            parent = _get(self.out, path[:-1])
+            if isinstance(parent, dict) and path[-1] in parent and new_key not in parent:
+                parent[new_key] = parent.pop(path[-1])
+                self.provenance[(*path[:-1], new_key)] = f"reward.{_dotted(path)}"
+                self.note(f"renamed reward.{_dotted(path)} → reward.{_dotted((*path[:-1], new_key))}")
         if targets:
             self.note(f"dropped Hydra class pointers (verl-only): {', '.join(targets)}")
         kwargs = self.out.pop("reward_kwargs", None)

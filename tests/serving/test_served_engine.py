@@ -22,7 +22,9 @@ def engine_config(server: dict, backend: str = "served-classifier", **rollout) -
 
 
 def test_served_classifier_routes_over_every_replica_with_token_budget_batching(samples):
-    cfg = engine_config(standin_server(replicas=2, placement="standalone"), max_batch_size=2, max_in_flight=2)
+    cfg = engine_config(
+        standin_server(replicas=2, placement="standalone"), max_batch_size=2, max_concurrency=2
+    )
     with RewardEngine(cfg) as engine:
         result = engine.compute(samples)
         urls, pids = engine.servers.urls, engine.servers.pids
@@ -37,7 +39,9 @@ def test_served_classifier_routes_over_every_replica_with_token_budget_batching(
 
 
 def test_colocated_servers_are_woken_for_a_batch_and_put_back_to_sleep(samples):
-    with RewardEngine(engine_config(standin_server(replicas=2), max_batch_size=1, max_in_flight=2)) as engine:
+    with RewardEngine(
+        engine_config(standin_server(replicas=2), max_batch_size=1, max_concurrency=2)
+    ) as engine:
         result = engine.compute(samples[:4])
         assert engine.servers.asleep
         events = [stats(u)["events"] for u in engine.servers.urls]

@@ -172,8 +172,8 @@ class HTTPCore:
 
     def _make_router(self) -> Router:
         s = self.settings
-        cap = min(s.max_in_flight, s.max_connections)
-        floor = None if s.min_in_flight is None else min(cap, s.min_in_flight)
+        cap = min(s.max_concurrency, s.max_connections)
+        floor = None if s.min_concurrency is None else min(cap, s.min_concurrency)
         return Router(self.replicas, cap, s.adaptive_concurrency, floor)
 
     @property
@@ -419,9 +419,9 @@ class HTTPCore:
         await self._sleep(delay, tries)
 
     def lowest_in_flight_limit(self) -> float:
-        """The lowest adaptive in-flight limit reached since the last call (``max_in_flight`` if never cut)."""
+        """The lowest adaptive in-flight limit reached since the last call (``max_concurrency`` if never cut)."""
         lows = [st.extra.lowest_limit() for st in self.sessions.states()]
-        cap = min(self.settings.max_in_flight, self.settings.max_connections)
+        cap = min(self.settings.max_concurrency, self.settings.max_connections)
         return min(lows, default=float(cap))
 
     def settle_tokens(self, reserved: float, used: float) -> None:

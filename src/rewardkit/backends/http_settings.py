@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -13,6 +13,12 @@ from rewardkit.options import Options, validate_options
 class HTTPSettings(Options):
     """Client settings common to the HTTP backends (``reward_model.rollout``)."""
 
+    RENAMED: ClassVar[dict[str, str]] = {
+        "max_in_flight": "max_concurrency",
+        "min_in_flight": "min_concurrency",
+        "deadline_s": "batch_timeout_s",
+    }
+
     base_url: str | list[str] = Field(
         description="server root, e.g. http://127.0.0.1:8000, or a list of replicas' roots"
     )
@@ -20,9 +26,11 @@ class HTTPSettings(Options):
     api_key_env: str | None = Field(None, description="name of an environment variable holding the key")
     headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
     max_connections: int = Field(64, ge=1, description="requests counted in flight per replica, at most")
-    max_in_flight: int = Field(64, ge=1, description="requests in flight at once per replica")
-    min_in_flight: int | None = Field(
-        None, ge=1, description="floor of the adaptive in-flight limit (default: a quarter of max_in_flight)"
+    max_concurrency: int = Field(64, ge=1, description="requests in flight at once per replica")
+    min_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="floor of the adaptive in-flight limit (default: a quarter of max_concurrency)",
     )
     rpm: float | None = Field(None, gt=0, description="requests-per-minute budget")
     tpm: float | None = Field(None, gt=0, description="tokens-per-minute budget (estimated, then corrected)")
@@ -37,7 +45,7 @@ class HTTPSettings(Options):
         True,
         description="when an attempt stalls past stall_after_s, race a second one (another replica if any)",
     )
-    deadline_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
+    batch_timeout_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
     max_retries: int | None = Field(
         8, ge=0, description="retries per request after the first attempt (null: until the deadline)"
     )

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 class ServedClassifierSettings(Options):
     """``reward_model.rollout`` of the ``served-classifier`` backend."""
 
+    RENAMED: ClassVar[dict[str, str]] = {"max_in_flight": "max_concurrency"}
+
     base_url: list[str] = Field(description="one server root or a list of replicas")
     api: Literal["classify", "pooling"] = Field("classify", description="POST /classify or /pooling")
     model: str | None = Field(None, description="model name sent; default reward_model.model_path")
@@ -53,7 +55,7 @@ class ServedClassifierSettings(Options):
     chars_per_token: float = Field(4.0, gt=0, description="length estimate without a tokenizer")
     token_budget: int = Field(16384, gt=0, description="max padded tokens per request")
     max_batch_size: int | None = Field(None, gt=0, description="max samples per request")
-    max_in_flight: int = Field(8, ge=1, description="requests in flight, all replicas together")
+    max_concurrency: int = Field(8, ge=1, description="requests in flight, all replicas together")
     request_timeout_s: float = Field(60.0, gt=0, description="timeout of one HTTP attempt")
     max_retries: int = Field(2, ge=0, description="retries of a request, each on another replica if any")
     down_s: float = Field(5.0, ge=0, description="how long a replica that failed stays out of rotation")
@@ -224,7 +226,7 @@ class ServedClassifierRM(RMBackend):
                     "error", f"could not render or tokenize: {type(e).__name__}: {e}"
                 )
         batches = pack_batches([g[2] for g in good], self.settings.token_budget, self.settings.max_batch_size)
-        limit = asyncio.Semaphore(self.settings.max_in_flight)
+        limit = asyncio.Semaphore(self.settings.max_concurrency)
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
 
