@@ -634,6 +634,18 @@ def test_interpolations_resolve_against_the_whole_config():
     assert _at(cfg, "reward_model.n_gpus_per_node") == 4  # a whole-value reference keeps its type
 
 
+def test_without_omegaconf_interpolations_are_not_carried_and_say_why(monkeypatch):
+    import rewardkit.migrate as migrate
+
+    monkeypatch.setattr(migrate, "_omegaconf", lambda: None)  # omegaconf is an optional dependency
+    cfg, messages, _ = _migrate(
+        {"paths": {"m": "/m"}, "reward_model": {"model": {"path": "${paths.m}/rm"}, "nnodes": 2}}
+    )
+    assert "model_path" not in cfg["reward"]["reward_model"] and _at(cfg, "reward_model.nnodes") == 2
+    hits = [m for m in messages if m.startswith("not carried: reward_model.model.path=")]
+    assert len(hits) == 1 and "install omegaconf" in hits[0]
+
+
 def test_self_referencing_interpolation_does_not_loop():
     cfg, messages, _ = _migrate({"a": "${a}", "reward_model": {"model": {"path": "${a}"}}})
     assert "model_path" not in cfg["reward"].get("reward_model", {})

@@ -240,7 +240,6 @@ _MANAGER_RENAMES = {
     "prime": ("naive", "process", "verl's 'prime' manager was the naive one run in a process pool"),
 }
 
-_INTERP = re.compile(r"\$\{([^{}]*)\}")
 _UNRESOLVED = object()
 
 
@@ -283,37 +282,43 @@ def _get(root: Any, path: KeyPath, default: Any = None) -> Any:
     return node
 
 
-def _resolve(value: Any, root: dict[str, Any], depth: int = 0) -> Any:
-    """Expand ``${a.b.c}`` references against the whole document; ``_UNRESOLVED`` if one can't be."""
+def _has_interp(value: Any) -> bool:
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            r = _resolve(v, root, depth)
-            if r is _UNRESOLVED:
-                return _UNRESOLVED
-            out[k] = r
-        return out
+        return any(_has_interp(v) for v in value.values())
     if isinstance(value, list):
-        items = [_resolve(v, root, depth) for v in value]
-        return _UNRESOLVED if any(v is _UNRESOLVED for v in items) else items
-    if not isinstance(value, str) or "${" not in value:
+        return any(_has_interp(v) for v in value)
+    return isinstance(value, str) and "${" in value
+
+
+def _omegaconf() -> Any:
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return None
+    return OmegaConf
+
+
+_PROBE = "__rewardkit_probe__"
+
+
+def _resolve(value: Any, root: dict[str, Any]) -> Any:
+    """``value`` with its ``${a.b.c}`` references expanded against the whole document, by OmegaConf.
+
+    ``_UNRESOLVED`` when one cannot be: a missing key, a loop, a relative reference, a resolver that
+    fails, or omegaconf not installed (then every interpolation is left for the user to set).
+    """
+    if not _has_interp(value):
         return value
-    if depth > 16:
+    OmegaConf = _omegaconf()
+    if OmegaConf is None or "${." in str(value):
         return _UNRESOLVED
-    refs = _INTERP.findall(value)
-    if not refs or any(not re.fullmatch(r"[A-Za-z_][\w.]*", r) for r in refs):
-        return _UNRESOLVED  # resolvers (${oc.env:...}), relative refs or malformed text
-    marker = object()
-    targets = [_get(root, tuple(r.split(".")), marker) for r in refs]
-    if any(t is marker for t in targets):
+    try:
+        doc = OmegaConf.create({**root, _PROBE: value})
+        node = doc[_PROBE]
+        out = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except Exception:  # omegaconf's errors, and RecursionError for a reference to itself
         return _UNRESOLVED
-    if len(refs) == 1 and value.strip() == "${" + refs[0] + "}":
-        return _resolve(targets[0], root, depth + 1)
-    resolved = [_resolve(t, root, depth + 1) for t in targets]
-    if any(t is _UNRESOLVED for t in resolved):
-        return _UNRESOLVED
-    it = iter(resolved)
-    return _INTERP.sub(lambda _m: str(next(it)), value)
+    return _UNRESOLVED if _has_interp(out) else out
 
 
 def _load(config: Any) -> tuple[dict[str, Any], str]:
@@ -490,6 +495,7 @@ class _Migrator:
             self.note(
                 f"not carried: {old}={_short(value)}: it holds an interpolation rewardkit cannot "
                 "resolve here; set reward." + _dotted(target) + " by hand"
+                + ("" if _omegaconf() else " (install omegaconf to resolve ${...} references)")
             )
             return
         if resolved is None or resolved == {}:
