@@ -1159,3 +1159,60 @@ def test_data_parallel_rollout_spells_out_each_parallel_size():
     s = load_config(cfg).reward_model.server
     assert (s.gpus_per_replica, s.replicas) == (4.0, 2)
     assert s.engine_args == {"tensor_parallel_size": 2, "data_parallel_size": 2, "pipeline_parallel_size": 1}
+
+
+# -- issue 13: a verl manager carried over is warned about at migration -------------------------------
+
+VERL_MANAGER = """
+from verl.workers.reward_manager.abstract import AbstractRewardManager
+
+class MyVerlManager(AbstractRewardManager):
+    def __call__(self, data, return_dict=False):
+        return data
+"""
+
+
+def test_a_verl_manager_class_is_warned_about_at_migration(write_module):
+    path = write_module("verl_manager.py", VERL_MANAGER)
+    legacy = {
+        "reward_model": {
+            "reward_loop_source": "importlib",
+            "reward_loop_module_path": str(path),
+            "reward_loop_class_name": "MyVerlManager",
+        }
+    }
+    cfg, messages, issued = _migrate(legacy)
+    hits = [m for m in messages if m.startswith("check reward.reward_manager: class 'MyVerlManager'")]
+    assert len(hits) == 1 and "looks like a verl reward manager" in hits[0] and hits[0] in issued
+    with pytest.raises(ConfigError, match="not a rewardkit RewardManager subclass"):
+        rewardkit.RewardEngine(cfg)  # what the warning announced
+
+
+def test_a_rewardkit_manager_class_is_not_warned_about(tmp_path, write_module):
+    _, messages, _ = _migrate(_custom_manager_config(tmp_path, write_module))
+    assert not [m for m in messages if m.startswith("check reward.reward_manager")]
+
+
+def test_a_verl_registered_manager_name_is_warned_about():
+    cfg, messages, _ = _migrate({"reward_model": {"reward_manager": "my_verl_manager"}})
+    assert _at(cfg, "reward_manager.name") == "my_verl_manager"
+    assert any(
+        m.startswith("check reward.reward_manager.name='my_verl_manager': not a rewardkit built-in")
+        for m in messages
+    )
+    _, messages, _ = _migrate({"reward_model": {"reward_manager": "dapo"}})
+    assert not [m for m in messages if m.startswith("check reward.reward_manager")]
+
+
+def test_legacy_rollout_temperature_beats_the_default_verl_dumped_into_the_new_layout():
+    legacy = {
+        "reward": {"reward_model": {"rollout": {"temperature": 1.0}}},  # verl's dumped default
+        "reward_model": {"enable": True, "model": {"path": "m"}, "rollout": {"temperature": 0.7}},
+        "custom_reward_function": {"path": "r.py"},
+    }
+    cfg, messages = migrate_legacy(legacy, warn=False, validate=False)
+    assert _at(cfg, "reward_model.rollout.temperature") == 0.7
+    assert any("replaces reward.reward_model.rollout.temperature=1.0" in m for m in messages)
+    legacy["reward"]["reward_model"]["rollout"]["temperature"] = 0.3  # a value the user chose wins
+    cfg, _ = migrate_legacy(legacy, warn=False, validate=False)
+    assert _at(cfg, "reward_model.rollout.temperature") == 0.3

@@ -359,9 +359,13 @@ def _close_quietly(engine) -> None:
     help="Write the new config here (default: print it).",
 )
 def migrate_config(old: Path, output: Path | None) -> None:
-    """Convert verl's legacy flat `reward_model.*` config to the nested `reward:` layout.
+    """Convert verl's legacy flat `reward_model.*` config to rewardkit's nested `reward:` layout.
 
-    Each moved key and each key that cannot be carried is reported on stderr.
+    The output is a rewardkit config (for `rewardkit score`, `RewardEngine`, the trainer
+    integrations), not a verl one: verl rejects some of its keys (`reward_manager.kwargs`), and a
+    legacy `reward_model.rollout` setting verl would still read (`temperature` for a discriminative
+    model) is reported and dropped. Keep verl's own config for verl's side. Each moved key, each
+    key that is not carried, and each manager rewardkit will not load is reported on stderr.
     """
     import warnings
 
