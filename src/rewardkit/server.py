@@ -83,8 +83,10 @@ async def serve(
     in-flight ones get ``shutdown_timeout`` seconds to finish, then answer a JSON 503; then the
     server closes. ``ready`` (optional) is called with the bound port once the server listens.
     Binding an address other machines can reach needs the app to have a token (:class:`ValueError`
-    otherwise). Connections over ``max_connections`` get a 503; one whose request headers take
-    longer than ``header_timeout_s`` is closed.
+    otherwise). Connections over ``max_connections`` get a 503. A connection is closed when it keeps
+    the server waiting more than ``header_timeout_s`` for any request's headers (the first or a later
+    one on a kept-alive connection) or, after an answer, for the rest of an unread body or for the
+    client to read the answer; a body the handler reads gets ``header_timeout_s`` too (408).
     """
     if not is_loopback(host) and app[STATE].token is None:
         raise ValueError(
@@ -97,6 +99,7 @@ async def serve(
     await runner.setup()
     loop = asyncio.get_running_loop()
     guard = ConnectionGuard(max_connections, header_timeout_s)
+    runner.server.request_handler = guard.wrap(runner.server.request_handler)
     server = await loop.create_server(lambda: GuardedProtocol(runner.server(), guard), host, port)
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
     if ready is not None:

@@ -232,3 +232,102 @@ def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(serv
     slow = time.monotonic() - start
     assert hung["answer"][0] == 200 and slow >= 8
     assert quick < slow / 2, (quick, slow)
+
+
+def _trickle(socks: list[socket.socket], byte_every_s: float, give_up_s: float) -> list[float | None]:
+    """Send each socket a header byte every ``byte_every_s``; when each was closed (s), None if never."""
+    start = time.monotonic()
+    closed: list[float | None] = [None] * len(socks)
+    for s in socks:
+        s.setblocking(False)
+    while None in closed and time.monotonic() - start < give_up_s:
+        for i, s in enumerate(socks):
+            if closed[i] is not None:
+                continue
+            try:
+                while s.recv(4096):  # drain what the server sent; b"" is its close
+                    pass
+                closed[i] = time.monotonic() - start
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = time.monotonic() - start
+                continue
+            try:
+                s.send(b"X")
+            except OSError:
+                closed[i] = time.monotonic() - start
+        time.sleep(byte_every_s)
+    return closed
+
+
+def _kept_alive(port: int) -> socket.socket:
+    """A connection that has had one good request answered and stays open for the next."""
+    s = _raw(port)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
+    return s
+
+
+def test_every_request_on_a_kept_alive_connection_has_a_read_deadline(server):
+    """Not only the first request: a second request's trickled headers, or an unread body after an
+    answer, get the read timeout too (an unread body was held for aiohttp's 10 s lingering time)."""
+    timeout = 1.0
+    srv = server("--read-timeout", str(timeout))
+    headers = _kept_alive(srv.port)
+    headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the next request's headers never finish
+    body = _raw(srv.port)  # a handler that does not read the body answers; the body then trickles
+    body.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    assert body.recv(4096).startswith(b"HTTP/1.1 200")
+    second_body = _kept_alive(srv.port)
+    second_body.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    closed = _trickle([headers, body, second_body], 0.25, 20 * timeout)
+    assert all(c is not None and c < 5 * timeout for c in closed), closed
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+
+
+def test_a_keep_alive_client_keeps_its_connection(server):
+    """Several requests on one connection, one of them scored for longer than the read timeout."""
+    import http.client
+    import json
+
+    srv = server("--read-timeout", "1")
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    socks = []
+    try:
+        for response in ("1", "SLEEP 2", "1", "2", "1"):
+            conn.request(
+                "POST",
+                "/v1/score",
+                body=json.dumps({"samples": [{"response": response, "ground_truth": "1"}]}),
+                headers={"Content-Type": "application/json"},
+            )
+            reply = conn.getresponse()
+            assert reply.status == 200 and not reply.will_close
+            assert json.loads(reply.read())["scores"] == [0.0 if response == "2" else 1.0]
+            socks.append(conn.sock)
+            time.sleep(0.3)  # a pause well inside the read timeout
+    finally:
+        conn.close()
+    assert len(socks) == 5 and all(s is socks[0] for s in socks)  # http.client reconnects silently
+
+
+def test_fifty_byte_a_second_clients_are_all_closed(server):
+    """50 slow-loris connections, half of them after a good first request, are all cut off."""
+    timeout = 1.0
+    srv = server("--read-timeout", str(timeout))
+    fresh = [_raw(srv.port) for _ in range(25)]
+    for s in fresh:
+        s.sendall(b"POST /v1/score HTTP/1.1\r\n")
+    kept = [_kept_alive(srv.port) for _ in range(25)]
+    for s in kept:
+        s.sendall(b"POST /v1/score HTTP/1.1\r\n")
+    closed = _trickle(fresh + kept, 1.0, 15 * timeout)
+    try:
+        assert all(c is not None and c < 6 * timeout for c in closed), closed
+        assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+    finally:
+        for s in fresh + kept:
+            s.close()
