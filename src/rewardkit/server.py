@@ -196,8 +196,8 @@ async def serve(
     default=1,
     show_default=True,
     type=click.IntRange(min=1),
-    help="engines (each with its own workers) concurrent requests are spread over: a request whose "
-    "scorers hang then holds up only its lane",
+    help="engines (each with its own workers) concurrent requests are spread over, to isolate them; "
+    "not needed against a hung request, as requests share an engine's workers fairly",
 )
 @click.option(
     "--strip-token", "strip_tokens", multiple=True, help="token text stripped from OpenRLHF responses"
