@@ -103,7 +103,7 @@ def test_serve_has_scores_overrides_and_documented_limits():
     for opt in ("--executor", "--num-workers", "--timeout", "--read-timeout", "--max-connections"):
         assert opt in out
     flat = " ".join(out.split())
-    assert "more answers 413" in flat and "largest request body in MiB" in flat
+    assert "more answers 413" in flat and "Largest request body in MiB" in flat
 
 
 def test_executor_override_reaches_the_engine(server):
