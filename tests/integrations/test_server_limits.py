@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from rewardkit.server import create_app, serve_command
 
-from .serve_proc import ServeProc
+from .serve_proc import ServeProc, trickle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -267,34 +267,6 @@ def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(serv
     assert quick < slow / 2, (quick, slow)
 
 
-def _trickle(socks: list[socket.socket], byte_every_s: float, give_up_s: float) -> list[float | None]:
-    """Send each socket a header byte every ``byte_every_s``; when each was closed (s), None if never."""
-    start = time.monotonic()
-    closed: list[float | None] = [None] * len(socks)
-    for s in socks:
-        s.setblocking(False)
-    while None in closed and time.monotonic() - start < give_up_s:
-        for i, s in enumerate(socks):
-            if closed[i] is not None:
-                continue
-            try:
-                while s.recv(4096):  # drain what the server sent; b"" is its close
-                    pass
-                closed[i] = time.monotonic() - start
-                continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                closed[i] = time.monotonic() - start
-                continue
-            try:
-                s.send(b"X")
-            except OSError:
-                closed[i] = time.monotonic() - start
-        time.sleep(byte_every_s)
-    return closed
-
-
 def _kept_alive(port: int) -> socket.socket:
     """A connection that has had one good request answered and stays open for the next."""
     s = _raw(port)
@@ -316,7 +288,7 @@ def test_every_request_on_a_kept_alive_connection_has_a_read_deadline(server):
     assert body.recv(4096).startswith(b"HTTP/1.1 200")
     second_body = _kept_alive(srv.port)
     second_body.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-    closed = _trickle([headers, body, second_body], 0.25, 20 * timeout)
+    closed = trickle([headers, body, second_body], 0.25, 20 * timeout)
     assert all(c is not None and c < 5 * timeout for c in closed), closed
     assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
 
@@ -357,7 +329,7 @@ def test_fifty_byte_a_second_clients_are_all_closed(server):
     kept = [_kept_alive(srv.port) for _ in range(25)]
     for s in kept:
         s.sendall(b"POST /v1/score HTTP/1.1\r\n")
-    closed = _trickle(fresh + kept, 1.0, 15 * timeout)
+    closed = trickle(fresh + kept, 1.0, 15 * timeout)
     try:
         assert all(c is not None and c < 6 * timeout for c in closed), closed
         assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
