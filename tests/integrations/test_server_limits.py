@@ -336,3 +336,23 @@ def test_fifty_byte_a_second_clients_are_all_closed(server):
     finally:
         for s in fresh + kept:
             s.close()
+
+
+def test_pipelined_requests_are_not_cut_while_an_earlier_one_is_scored(server):
+    """Two requests in one write, the first scored for twice the read timeout: both are answered."""
+    srv = server("--read-timeout", "1")
+    body = b'{"samples": [{"response": "SLEEP 2", "ground_truth": "1"}]}'
+    first = (
+        b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    s = _raw(srv.port)
+    s.settimeout(30)
+    s.sendall(first + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while data.count(b"HTTP/1.1 200") < 2:
+        chunk = s.recv(4096)
+        assert chunk, data  # the server closed the connection before answering both
+        data += chunk
+    s.close()
+    assert b'"scores": [1.0]' in data and b'"status": "ok"' in data
