@@ -189,21 +189,27 @@ def _summary_table(tally, elapsed: float):
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config).",
+    help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config). "
+    "Default: rewardkit's defaults.",
 )
 @click.option(
     "--executor",
     type=click.Choice(["auto", "inline", "process", "ray"]),
     default=None,
-    help="Override reward.executor.",
+    help="Override reward.executor. Default: the config's.",
 )
-@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Override reward.num_workers.")
+@click.option(
+    "--num-workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override reward.num_workers. Default: the config's.",
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Override reward.timeout_s (per-sample deadline, seconds).",
+    help="Override reward.timeout_s (per-sample deadline, seconds). Default: the config's.",
 )
 @click.option(
     "--chunk-size",
