@@ -115,7 +115,7 @@ SINGLE_KEYS = [
     (
         {"sandbox_fusion": {"max_concurrent": 8}},
         "sandbox_fusion.max_concurrent",
-        "sandbox_fusion.max_concurrent",
+        "sandbox_fusion.max_concurrency",
         8,
     ),
     (
@@ -133,7 +133,7 @@ SINGLE_KEYS = [
     (
         {"reward_model": {"sandbox_fusion": {"max_concurrent": 3}}},
         "reward_model.sandbox_fusion.max_concurrent",
-        "sandbox_fusion.max_concurrent",
+        "sandbox_fusion.max_concurrency",
         3,
     ),
 ]
@@ -428,7 +428,7 @@ def test_bug1_path_only_custom_function_keeps_compute_score(write_module, legacy
 def test_bug2_url_only_sandbox_keeps_default_limits(legacy):
     cfg, _, _ = _migrate(legacy)
     sandbox = load_config(cfg).sandbox_fusion
-    assert (sandbox.url, sandbox.max_concurrent, sandbox.memory_limit_mb) == (
+    assert (sandbox.url, sandbox.max_concurrency, sandbox.memory_limit_mb) == (
         "http://127.0.0.1:8080/run_code",
         64,
         1024,
@@ -477,7 +477,7 @@ def test_bug3_custom_manager_class_lands_where_the_loader_reads_it(tmp_path, wri
     # The same file also carried bugs 1 and 2.
     config = load_config(cfg)
     assert config.custom_reward_function.name == "compute_score"
-    assert (config.sandbox_fusion.max_concurrent, config.sandbox_fusion.memory_limit_mb) == (64, 1024)
+    assert (config.sandbox_fusion.max_concurrency, config.sandbox_fusion.memory_limit_mb) == (64, 1024)
 
 
 def test_bug3_class_named_by_reward_manager_alone():
@@ -632,6 +632,18 @@ def test_interpolations_resolve_against_the_whole_config():
     )
     assert _at(cfg, "reward_model.model_path") == "/data/models/rm"
     assert _at(cfg, "reward_model.n_gpus_per_node") == 4  # a whole-value reference keeps its type
+
+
+def test_without_omegaconf_interpolations_are_not_carried_and_say_why(monkeypatch):
+    import rewardkit.migrate as migrate
+
+    monkeypatch.setattr(migrate, "_omegaconf", lambda: None)  # omegaconf is an optional dependency
+    cfg, messages, _ = _migrate(
+        {"paths": {"m": "/m"}, "reward_model": {"model": {"path": "${paths.m}/rm"}, "nnodes": 2}}
+    )
+    assert "model_path" not in cfg["reward"]["reward_model"] and _at(cfg, "reward_model.nnodes") == 2
+    hits = [m for m in messages if m.startswith("not carried: reward_model.model.path=")]
+    assert len(hits) == 1 and "install omegaconf" in hits[0]
 
 
 def test_self_referencing_interpolation_does_not_loop():
@@ -874,7 +886,7 @@ def test_malformed_input_names_the_key(config, needle):
         ),
         (
             {"sandbox_fusion": {"max_concurrent": -1}},
-            "reward.sandbox_fusion.max_concurrent",
+            "reward.sandbox_fusion.max_concurrency",
             "sandbox_fusion.max_concurrent",
         ),
         (
@@ -981,7 +993,7 @@ def test_migrated_real_world_config_scores(write_module):
             {"reward_model": {"modle_path": "x"}},
             "reward.reward_model.modle_path: unknown key. Did you mean 'model_path'?",
         ),
-        ({"sandbox_fusion": {"max_concurent": 2}}, "Did you mean 'max_concurrent'?"),
+        ({"sandbox_fusion": {"max_concurent": 2}}, "Did you mean 'max_concurrency'?"),
         (
             {"reward_model": {"n_gpus_per_node": "four"}},
             "reward.reward_model.n_gpus_per_node: Input should be a valid integer",
@@ -1147,3 +1159,60 @@ def test_data_parallel_rollout_spells_out_each_parallel_size():
     s = load_config(cfg).reward_model.server
     assert (s.gpus_per_replica, s.replicas) == (4.0, 2)
     assert s.engine_args == {"tensor_parallel_size": 2, "data_parallel_size": 2, "pipeline_parallel_size": 1}
+
+
+# -- issue 13: a verl manager carried over is warned about at migration -------------------------------
+
+VERL_MANAGER = """
+from verl.workers.reward_manager.abstract import AbstractRewardManager
+
+class MyVerlManager(AbstractRewardManager):
+    def __call__(self, data, return_dict=False):
+        return data
+"""
+
+
+def test_a_verl_manager_class_is_warned_about_at_migration(write_module):
+    path = write_module("verl_manager.py", VERL_MANAGER)
+    legacy = {
+        "reward_model": {
+            "reward_loop_source": "importlib",
+            "reward_loop_module_path": str(path),
+            "reward_loop_class_name": "MyVerlManager",
+        }
+    }
+    cfg, messages, issued = _migrate(legacy)
+    hits = [m for m in messages if m.startswith("check reward.reward_manager: class 'MyVerlManager'")]
+    assert len(hits) == 1 and "looks like a verl reward manager" in hits[0] and hits[0] in issued
+    with pytest.raises(ConfigError, match="not a rewardkit RewardManager subclass"):
+        rewardkit.RewardEngine(cfg)  # what the warning announced
+
+
+def test_a_rewardkit_manager_class_is_not_warned_about(tmp_path, write_module):
+    _, messages, _ = _migrate(_custom_manager_config(tmp_path, write_module))
+    assert not [m for m in messages if m.startswith("check reward.reward_manager")]
+
+
+def test_a_verl_registered_manager_name_is_warned_about():
+    cfg, messages, _ = _migrate({"reward_model": {"reward_manager": "my_verl_manager"}})
+    assert _at(cfg, "reward_manager.name") == "my_verl_manager"
+    assert any(
+        m.startswith("check reward.reward_manager.name='my_verl_manager': not a rewardkit built-in")
+        for m in messages
+    )
+    _, messages, _ = _migrate({"reward_model": {"reward_manager": "dapo"}})
+    assert not [m for m in messages if m.startswith("check reward.reward_manager")]
+
+
+def test_legacy_rollout_temperature_beats_the_default_verl_dumped_into_the_new_layout():
+    legacy = {
+        "reward": {"reward_model": {"rollout": {"temperature": 1.0}}},  # verl's dumped default
+        "reward_model": {"enable": True, "model": {"path": "m"}, "rollout": {"temperature": 0.7}},
+        "custom_reward_function": {"path": "r.py"},
+    }
+    cfg, messages = migrate_legacy(legacy, warn=False, validate=False)
+    assert _at(cfg, "reward_model.rollout.temperature") == 0.7
+    assert any("replaces reward.reward_model.rollout.temperature=1.0" in m for m in messages)
+    legacy["reward"]["reward_model"]["rollout"]["temperature"] = 0.3  # a value the user chose wins
+    cfg, _ = migrate_legacy(legacy, warn=False, validate=False)
+    assert _at(cfg, "reward_model.rollout.temperature") == 0.3

@@ -191,21 +191,27 @@ def _summary_table(tally, elapsed: float):
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config).",
+    help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config). "
+    "Default: rewardkit's defaults.",
 )
 @click.option(
     "--executor",
     type=click.Choice(["auto", "inline", "process", "ray"]),
     default=None,
-    help="Override reward.executor.",
+    help="Override reward.executor. Default: the config's.",
 )
-@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Override reward.num_workers.")
+@click.option(
+    "--num-workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override reward.num_workers. Default: the config's.",
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Override reward.timeout_s (per-sample deadline, seconds).",
+    help="Override reward.timeout_s (per-sample deadline, seconds). Default: the config's.",
 )
 @click.option(
     "--chunk-size",
@@ -361,9 +367,13 @@ def _close_quietly(engine) -> None:
     help="Write the new config here (default: print it).",
 )
 def migrate_config(old: Path, output: Path | None) -> None:
-    """Convert verl's legacy flat `reward_model.*` config to the nested `reward:` layout.
+    """Convert verl's legacy flat `reward_model.*` config to rewardkit's nested `reward:` layout.
 
-    Each moved key and each key that cannot be carried is reported on stderr.
+    The output is a rewardkit config (for `rewardkit score`, `RewardEngine`, the trainer
+    integrations), not a verl one: verl rejects some of its keys (`reward_manager.kwargs`), and a
+    legacy `reward_model.rollout` setting verl would still read (`temperature` for a discriminative
+    model) is reported and dropped. Keep verl's own config for verl's side. Each moved key, each
+    key that is not carried, and each manager rewardkit will not load is reported on stderr.
     """
     import warnings
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import math
 import os
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rewardkit.errors import ConfigError
+from rewardkit.options import Options, format_validation_error
 
 
-class _Model(BaseModel):
+class _Model(Options):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
@@ -34,10 +34,14 @@ class RewardManagerConfig(_Model):
     ``reward_loop_class_name`` did.
     """
 
-    source: Literal["register", "importlib"] = "register"
-    name: str = "naive"
-    module: ModuleRef | None = None
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    source: Literal["register", "importlib"] = Field(
+        "register", description="register: a registered manager by name | importlib: a class from module"
+    )
+    name: str = Field("naive", description="naive | batch | dapo | composite | a plugin's manager")
+    module: ModuleRef | None = Field(None, description="the class to load with source: importlib")
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="the manager's options (see Reward managers below)"
+    )
 
     @model_validator(mode="after")
     def _check_importlib(self):
@@ -49,8 +53,8 @@ class RewardManagerConfig(_Model):
 class ModuleRef(_Model):
     """A class or function to load from a file path or module (``path``) by ``name``."""
 
-    path: str | None = None
-    name: str | None = None
+    path: str | None = Field(None, description="a .py file, pkg://package.module or a module name")
+    name: str | None = Field(None, description="the attribute to load; default reward_manager.name")
 
 
 class CustomRewardFunctionConfig(_Model):
@@ -60,9 +64,9 @@ class CustomRewardFunctionConfig(_Model):
     to ``compute_score``; ``reward_kwargs`` are passed to every call.
     """
 
-    path: str | None = None
-    name: str = "compute_score"
-    reward_kwargs: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = Field(None, description="a .py file, pkg://package.module or module:function")
+    name: str = Field("compute_score", description="the function's name in path")
+    reward_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of every call")
 
 
 #: The largest weight a reward component may have: rewards are O(1), a bigger weight is a typo,
@@ -79,10 +83,10 @@ def _check_weight(value: float) -> float:
 class ScorerEntry(_Model):
     """One component of a composite reward: a registered scorer, its weight and options."""
 
-    name: str
-    weight: float = 1.0
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    alias: str | None = None
+    name: str = Field(description="a registered scorer, or custom_reward_function")
+    weight: float = Field(1.0, description="weight in the sum (0: a metric only)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the scorer")
+    alias: str | None = Field(None, description="component name in results and metrics; default name")
 
     @field_validator("weight")
     @classmethod
@@ -146,23 +150,31 @@ class RewardModelConfig(_Model):
     With ``server`` set, rewardkit launches the model's inference servers (:class:`ServerConfig`).
     """
 
-    enable: bool = False
-    backend: str = "generative"
-    model_path: str | None = None
-    enable_resource_pool: bool = False
-    n_gpus_per_node: int = 0
-    nnodes: int = 0
-    weight: float = 1.0
-    offload: bool = False
+    enable: bool = Field(False, description="score with a reward model")
+    backend: str = Field(
+        "generative", description="generative | remote | discriminative | served-classifier | a plugin's"
+    )
+    model_path: str | None = Field(None, description="the model (a local directory or a served model's name)")
+    enable_resource_pool: bool = Field(
+        False,
+        description="with server: its default placement (true: standalone, false: colocated); "
+        "read nowhere else (Ray actors take rollout.ray.layout)",
+    )
+    n_gpus_per_node: int = Field(0, description="Ray: GPUs per node for the model's actors (x nnodes)")
+    nnodes: int = Field(0, description="Ray: nodes for the model's actors")
+    weight: float = Field(1.0, description="weight of the model's score (component rm)")
+    offload: bool = Field(False, description="keep the weights off the accelerator between batches")
 
     @field_validator("weight")
     @classmethod
     def _finite_weight(cls, v: float) -> float:
         return _check_weight(v)
 
-    rollout: dict[str, Any] = Field(default_factory=dict)
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    server: ServerConfig | None = None
+    rollout: dict[str, Any] = Field(
+        default_factory=dict, description="HTTP backends' client settings; rollout.ray: Ray placement"
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="the discriminative backend's settings")
+    server: ServerConfig | None = Field(None, description="rewardkit launches the model's servers")
 
     @property
     def server_placement(self) -> str | None:
@@ -177,9 +189,11 @@ class RewardModelConfig(_Model):
 class SandboxFusionConfig(_Model):
     """A remote code sandbox (SandboxFusion). ``url`` unset means the local subprocess sandbox."""
 
-    url: str | None = None
-    max_concurrent: int = Field(64, gt=0)
-    memory_limit_mb: int = Field(1024, gt=0)
+    RENAMED: ClassVar[dict[str, str]] = {"max_concurrent": "max_concurrency"}
+
+    url: str | None = Field(None, description="SandboxFusion endpoint; unset: the local sandbox")
+    max_concurrency: int = Field(64, gt=0, description="requests in flight to the sandbox")
+    memory_limit_mb: int = Field(1024, gt=0, description="memory limit of one program")
 
 
 class SandboxConfig(_Model):
@@ -201,8 +215,8 @@ class PluginSettings(_Model):
     (comma-separated entry-point names) override these when set.
     """
 
-    load: list[str] | None = None
-    disable: list[str] = Field(default_factory=list)
+    load: list[str] | None = Field(None, description="entry-point names to load; null: all, []: none")
+    disable: list[str] = Field(default_factory=list, description="entry-point names never loaded")
 
 
 class RewardConfig(_Model):
@@ -234,14 +248,18 @@ class RewardConfig(_Model):
         False,
         description="raise for a sample no scorer applies to, instead of failing it with reason unroutable",
     )
-    ray_address: str | None = None
-    reward_manager: RewardManagerConfig = Field(default_factory=RewardManagerConfig)
-    custom_reward_function: CustomRewardFunctionConfig = Field(default_factory=CustomRewardFunctionConfig)
-    scorers: list[ScorerEntry] = Field(default_factory=list)
-    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
-    sandbox_fusion: SandboxFusionConfig = Field(default_factory=SandboxFusionConfig)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    plugins: PluginSettings = Field(default_factory=PluginSettings)
+    ray_address: str | None = Field(None, description="Ray cluster to join (executor: ray); default local")
+    reward_manager: RewardManagerConfig = Field(default_factory=RewardManagerConfig, description="see below")
+    custom_reward_function: CustomRewardFunctionConfig = Field(
+        default_factory=CustomRewardFunctionConfig, description="see below"
+    )
+    scorers: list[ScorerEntry] = Field(
+        default_factory=list, description="components of a composite reward (see below)"
+    )
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="see below")
+    sandbox_fusion: SandboxFusionConfig = Field(default_factory=SandboxFusionConfig, description="see below")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="see below")
+    plugins: PluginSettings = Field(default_factory=PluginSettings, description="see below")
 
     @field_validator("scorers", mode="before")
     @classmethod
@@ -269,43 +287,6 @@ class RewardConfig(_Model):
 
 
 RewardManagerConfig.model_rebuild()
-
-
-def _model_in(ann: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation (``M``, ``M | None``, ``list[M]``), or None."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in typing.get_args(ann):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _format_validation_error(e: ValidationError, origin: str) -> str:
-    lines = [f"invalid reward config{f' in {origin}' if origin else ''}:"]
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parent: type[BaseModel] | None = RewardConfig
-            for part in err["loc"][:-1]:
-                if parent is None:
-                    break
-                if isinstance(part, int):
-                    continue  # a list index: parent already is the item model
-                field = parent.model_fields.get(str(part))
-                parent = _model_in(field.annotation) if field is not None else None
-            known = sorted(parent.model_fields) if parent is not None else []
-            import difflib
-
-            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            if known:
-                hint += f" Known keys here: {', '.join(known)}."
-            lines.append(f"  reward.{loc}: unknown key.{hint}")
-        else:
-            lines.append(f"  reward.{loc}: {err['msg']} (got {err.get('input')!r:.60})")
-    return "\n".join(lines)
 
 
 #: Top-level sections of a verl trainer config that hold legacy reward settings.
@@ -464,7 +445,11 @@ def load_config(config: RewardConfig | dict[str, Any] | str | os.PathLike | None
     except ValidationError as e:
         if legacy and looks_legacy(data):
             raise _legacy_error() from None
-        raise ConfigError(_format_validation_error(e, origin)) from None
+        raise ConfigError(
+            format_validation_error(
+                e, RewardConfig, "reward.", f"invalid reward config{f' in {origin}' if origin else ''}:"
+            )
+        ) from None
     if legacy and _verl_rollout_keys(config.reward_model.rollout):
         raise _legacy_error()
     return config

@@ -31,6 +31,27 @@ import yaml
 
 from rewardkit.config import LEGACY_SECTIONS, looks_legacy, read_yaml
 from rewardkit.errors import ConfigError
+from rewardkit.migrate_rules import (  # the rule table
+    _BUILTIN_MANAGERS,
+    _DICT_MOVES,
+    _DISCRIMINATIVE_MOVES,
+    _DROPS,
+    _GENERATION_REASON,
+    _GENERATIVE_ROLLOUT,
+    _INERT_DROPS,
+    _MANAGER_KEYS,
+    _MANAGER_RENAMES,
+    _MOVES,
+    _RENAMED,
+    _SECTION_MOVES,
+    _SERVER_ENGINE_ARGS,
+    _SERVER_KEYS,
+    _SERVER_REASON,
+    _SERVER_TOPOLOGY,
+    _VERL_NEW_DEFAULTS,
+    _VERL_ROLLOUT_DEFAULTS,
+    KeyPath,
+)
 
 __all__ = [
     "LEGACY_SECTIONS",
@@ -41,8 +62,6 @@ __all__ = [
     "migrate_legacy",
     "overrides_to_config",
 ]
-
-KeyPath = tuple[str, ...]
 
 
 class LegacyConfigWarning(UserWarning):
@@ -56,184 +75,36 @@ class Migration(NamedTuple):
     messages: list[str]
 
 
-# -- the key map -------------------------------------------------------------------------------------
-# Scalar keys moved one to one (legacy path → path under ``reward:``). Order matters for
-# conflicts between two legacy spellings: the first one listed wins.
-_MOVES: dict[KeyPath, KeyPath] = {
-    ("reward_model", "num_workers"): ("num_workers",),
-    ("reward_model", "enable"): ("reward_model", "enable"),
-    ("reward_model", "enable_resource_pool"): ("reward_model", "enable_resource_pool"),
-    ("reward_model", "n_gpus_per_node"): ("reward_model", "n_gpus_per_node"),
-    ("reward_model", "nnodes"): ("reward_model", "nnodes"),
-    ("reward_model", "model", "path"): ("reward_model", "model_path"),
-    ("reward_model", "model", "fsdp_config", "param_offload"): ("reward_model", "offload"),
-    ("custom_reward_function", "path"): ("custom_reward_function", "path"),
-    ("custom_reward_function", "name"): ("custom_reward_function", "name"),
-    ("sandbox_fusion", "url"): ("sandbox_fusion", "url"),
-    ("sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
-    ("sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
-    ("reward_model", "sandbox_fusion", "url"): ("sandbox_fusion", "url"),
-    ("reward_model", "sandbox_fusion", "max_concurrent"): ("sandbox_fusion", "max_concurrent"),
-    ("reward_model", "sandbox_fusion", "memory_limit_mb"): ("sandbox_fusion", "memory_limit_mb"),
-}
-
-# Mapping-valued keys moved as a whole (merged key by key into the target).
-_DICT_MOVES: dict[KeyPath, KeyPath] = {
-    ("custom_reward_function", "reward_kwargs"): ("custom_reward_function", "reward_kwargs"),
-    ("reward_model", "reward_kwargs"): ("reward_manager", "kwargs"),
-    ("reward_model", "overlong_buffer"): ("reward_manager", "kwargs", "overlong_buffer_cfg"),
-}
-
-# Sections whose every child key moves under the target (``inference`` was verl's short-lived
-# name for ``rollout``).
-_SECTION_MOVES: dict[KeyPath, KeyPath] = {
-    ("reward_model", "rollout"): ("reward_model", "rollout"),
-    ("reward_model", "inference"): ("reward_model", "rollout"),
-}
-
-# Keys that mean something to rewardkit's ``discriminative`` backend only (its strict ``kwargs``).
-_DISCRIMINATIVE_MOVES: dict[KeyPath, KeyPath] = {
-    ("reward_model", "model", "trust_remote_code"): ("reward_model", "kwargs", "trust_remote_code"),
-    ("reward_model", "max_length"): ("reward_model", "kwargs", "max_length"),
-    ("reward_model", "micro_batch_size_per_gpu"): ("reward_model", "kwargs", "max_batch_size"),
-}
-
-# verl's ``rollout`` settings launch the reward model's vLLM/SGLang server, which rewardkit does not
-# do. Their verl defaults (a value equal to one sets nothing). The few rewardkit's ``generative``
-# judge understands are mapped in _GENERATIVE_ROLLOUT.
-_VERL_ROLLOUT_DEFAULTS: dict[str, Any] = {
-    "name": None,
-    "dtype": "bfloat16",
-    "gpu_memory_utilization": 0.5,
-    "enforce_eager": True,
-    "cudagraph_capture_sizes": None,
-    "free_cache_engine": True,
-    "data_parallel_size": 1,
-    "expert_parallel_size": 1,
-    "tensor_model_parallel_size": 2,
-    "pipeline_model_parallel_size": 1,
-    "max_num_batched_tokens": 8192,
-    "max_model_len": None,
-    "max_num_seqs": 1024,
-    "load_format": "auto",
-    "layered_summon": False,
-    "scheduling_policy": "fcfs",
-    "full_determinism": False,
-    "seed": 42,
-    "multi_stage_wake_up": False,
-    "engine_kwargs": {},
-    "limit_images": None,
-    "enable_chunked_prefill": True,
-    "enable_prefix_caching": True,
-    "disable_log_stats": True,
-    "skip_tokenizer_init": False,
-    "ignore_eos": False,
-    "temperature": 1.0,
-    "top_k": -1,
-    "top_p": 1,
-    "do_sample": True,
-    "n": 1,
-    "prompt_length": 2048,
-    "response_length": 2048,
-    "quantization": None,
-    "quantization_config_file": None,
-    "mtp": None,
-    "disaggregation": None,
-}
-_GENERATIVE_ROLLOUT = {
-    "max_model_len": "context_length",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "seed": "seed",
-}
-_SERVER_REASON = (
-    "verl used it to launch the reward model's vLLM/SGLang server; rewardkit launches one only for an "
-    "enabled reward model (reward.reward_model.server, like `vllm serve MODEL`) and has no setting for this"
-)
-
-# verl's rollout keys that launch the reward model's server: → reward.reward_model.server.engine_args,
-# under the flag name of each engine (None: the engine has no such flag).
-_SERVER_ENGINE_ARGS: dict[str, dict[str, str | None]] = {
-    "dtype": {"vllm": "dtype", "sglang": "dtype"},
-    "gpu_memory_utilization": {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"},
-    "enforce_eager": {"vllm": "enforce_eager", "sglang": "disable_cuda_graph"},
-    "max_num_batched_tokens": {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size"},
-    "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests"},
-    "max_model_len": {"vllm": "max_model_len", "sglang": "context_length"},
-    "enable_chunked_prefill": {"vllm": "enable_chunked_prefill", "sglang": None},
-    "enable_prefix_caching": {"vllm": "enable_prefix_caching", "sglang": None},
-    "load_format": {"vllm": "load_format", "sglang": "load_format"},
-    "quantization": {"vllm": "quantization", "sglang": "quantization"},
-}
-# Their product is one replica's GPUs (verl's rollout world size).
-_SERVER_TOPOLOGY = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
-_SERVER_KEYS = {"name", "engine_kwargs", "free_cache_engine", *_SERVER_ENGINE_ARGS, *_SERVER_TOPOLOGY}
-
-_GENERATION_REASON = (
-    "a generation setting of verl's rollout config; a reward-model server (reward.reward_model.server) "
-    "does not take it"
-)
-
-_MANAGER_KEYS = ("reward_manager", "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name")
-
-_FSDP_REASON = (
-    "a setting of verl's FSDP reward-model training worker; rewardkit backends load the model "
-    "with transformers or talk to a server and do not shard it"
-)
-# Legacy keys rewardkit has no use for, with the reason (a key's whole subtree is dropped).
-_DROPS: dict[KeyPath, str] = {
-    ("reward_model", "use_reward_loop"): "rewardkit always runs its own asynchronous reward loop",
-    ("reward_model", "launch_reward_fn_async"): "rewardkit scoring is always asynchronous",
-    ("reward_model", "model", "input_tokenizer"): (
-        "rewardkit receives decoded text, so the policy tokenizer is not needed to re-template it"
-    ),
-    ("reward_model", "strategy"): _FSDP_REASON,
-    ("reward_model", "micro_batch_size"): _FSDP_REASON,
-    ("reward_model", "use_dynamic_bsz"): _FSDP_REASON,
-    ("reward_model", "forward_max_token_len_per_gpu"): _FSDP_REASON,
-    ("reward_model", "ulysses_sequence_parallel_size"): _FSDP_REASON,
-    ("reward_model", "model", "external_lib"): (
-        "rewardkit loads reward models with transformers' Auto classes; import a custom model "
-        "module yourself (e.g. from a rewardkit plugin) so it registers with transformers"
-    ),
-    ("reward_model", "model", "use_shm"): _FSDP_REASON,
-    ("reward_model", "model", "use_remove_padding"): _FSDP_REASON,
-    ("reward_model", "model", "use_fused_kernels"): _FSDP_REASON,
-    ("reward_model", "model", "override_config"): _FSDP_REASON,
-    ("reward_model", "model", "fsdp_config"): _FSDP_REASON,
-    ("reward_model", "profiler"): "rewardkit does not drive verl's profiler",
-}
-# Values of dropped keys that carry no setting (verl's own defaults); they are summed up in one message.
-_INERT_DROPS: dict[KeyPath, tuple[Any, ...]] = {
-    ("reward_model", "use_reward_loop"): (True,),
-    ("reward_model", "strategy"): ("fsdp", "fsdp2"),
-    ("reward_model", "ulysses_sequence_parallel_size"): (1,),
-}
-
-# Defaults of verl's *new* ``reward:`` layout. A new-layout value equal to one of these carries no
-# user intent (verl's full config dumps contain them), so a legacy value set beside it wins, as it
-# does in verl itself. Any other new-layout value wins over the legacy one.
-_VERL_NEW_DEFAULTS: dict[KeyPath, Any] = {
-    ("num_workers",): 8,
-    ("reward_manager", "name"): "naive",
-    ("reward_manager", "source"): "register",
-    ("reward_manager", "module", "name"): "custom_reward_manager",
-    ("custom_reward_function", "name"): "compute_score",
-    ("reward_model", "enable"): False,
-    ("reward_model", "enable_resource_pool"): False,
-    ("reward_model", "n_gpus_per_node"): 8,
-    ("reward_model", "nnodes"): 0,
-    ("sandbox_fusion", "max_concurrent"): 64,
-    ("sandbox_fusion", "memory_limit_mb"): 1024,
-}
-
-# verl managers with no rewardkit counterpart of the same name.
-_MANAGER_RENAMES = {
-    "prime": ("naive", "process", "verl's 'prime' manager was the naive one run in a process pool"),
-}
-
-_INTERP = re.compile(r"\$\{([^{}]*)\}")
 _UNRESOLVED = object()
+
+
+def _not_a_rewardkit_manager(path: str, cls: str) -> str:
+    """Why class ``cls`` in the file ``path`` is not a rewardkit manager, read without importing it;
+    ``""`` when it may be one or the file cannot be read (a module path, a missing file)."""
+    import ast
+
+    file = Path(path)
+    if path.startswith("pkg://") or file.suffix != ".py" or not file.is_file():
+        return ""
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return ""
+    imports = {
+        (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else a.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for a in node.names
+    }
+    if not any(isinstance(n, ast.ClassDef) and n.name == cls for n in tree.body):
+        return "is not defined at the top of that file"
+    if "rewardkit" not in imports:
+        return (
+            "looks like a verl reward manager (its file imports verl, not rewardkit)"
+            if "verl" in imports
+            else ("does not come from rewardkit (its file imports nothing from rewardkit)")
+        )
+    return ""
 
 
 def _dotted(path: KeyPath) -> str:
@@ -275,37 +146,43 @@ def _get(root: Any, path: KeyPath, default: Any = None) -> Any:
     return node
 
 
-def _resolve(value: Any, root: dict[str, Any], depth: int = 0) -> Any:
-    """Expand ``${a.b.c}`` references against the whole document; ``_UNRESOLVED`` if one can't be."""
+def _has_interp(value: Any) -> bool:
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            r = _resolve(v, root, depth)
-            if r is _UNRESOLVED:
-                return _UNRESOLVED
-            out[k] = r
-        return out
+        return any(_has_interp(v) for v in value.values())
     if isinstance(value, list):
-        items = [_resolve(v, root, depth) for v in value]
-        return _UNRESOLVED if any(v is _UNRESOLVED for v in items) else items
-    if not isinstance(value, str) or "${" not in value:
+        return any(_has_interp(v) for v in value)
+    return isinstance(value, str) and "${" in value
+
+
+def _omegaconf() -> Any:
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return None
+    return OmegaConf
+
+
+_PROBE = "__rewardkit_probe__"
+
+
+def _resolve(value: Any, root: dict[str, Any]) -> Any:
+    """``value`` with its ``${a.b.c}`` references expanded against the whole document, by OmegaConf.
+
+    ``_UNRESOLVED`` when one cannot be: a missing key, a loop, a relative reference, a resolver that
+    fails, or omegaconf not installed (then every interpolation is left for the user to set).
+    """
+    if not _has_interp(value):
         return value
-    if depth > 16:
+    OmegaConf = _omegaconf()
+    if OmegaConf is None or "${." in str(value):
         return _UNRESOLVED
-    refs = _INTERP.findall(value)
-    if not refs or any(not re.fullmatch(r"[A-Za-z_][\w.]*", r) for r in refs):
-        return _UNRESOLVED  # resolvers (${oc.env:...}), relative refs or malformed text
-    marker = object()
-    targets = [_get(root, tuple(r.split(".")), marker) for r in refs]
-    if any(t is marker for t in targets):
+    try:
+        doc = OmegaConf.create({**root, _PROBE: value})
+        node = doc[_PROBE]
+        out = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except Exception:  # omegaconf's errors, and RecursionError for a reference to itself
         return _UNRESOLVED
-    if len(refs) == 1 and value.strip() == "${" + refs[0] + "}":
-        return _resolve(targets[0], root, depth + 1)
-    resolved = [_resolve(t, root, depth + 1) for t in targets]
-    if any(t is _UNRESOLVED for t in resolved):
-        return _UNRESOLVED
-    it = iter(resolved)
-    return _INTERP.sub(lambda _m: str(next(it)), value)
+    return _UNRESOLVED if _has_interp(out) else out
 
 
 def _load(config: Any) -> tuple[dict[str, Any], str]:
@@ -355,7 +232,9 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
     from rewardkit.config import RewardConfig
 
     try:
-        RewardConfig.model_validate(data)
+        with warnings.catch_warnings():  # a probe: a deprecated key is reported when it is loaded
+            warnings.simplefilter("ignore", DeprecationWarning)
+            RewardConfig.model_validate(data)
     except ValidationError:
         return False
     return True
@@ -481,7 +360,10 @@ class _Migrator:
         if resolved is _UNRESOLVED:
             self.note(
                 f"not carried: {old}={_short(value)}: it holds an interpolation rewardkit cannot "
-                "resolve here; set reward." + _dotted(target) + " by hand"
+                "resolve here; set reward."
+                + _dotted(target)
+                + " by hand"
+                + ("" if _omegaconf() else " (install omegaconf to resolve ${...} references)")
             )
             return
         if resolved is None or resolved == {}:
@@ -600,6 +482,13 @@ class _Migrator:
                     f"not carried: reward_model.reward_manager={name!r}: with reward_loop_source=importlib "
                     f"the manager is the class {cls!r} from {path!r}"
                 )
+            why = _not_a_rewardkit_manager(path, cls)
+            if why:
+                self.note(
+                    f"check reward.reward_manager: class {cls!r} in {path!r} {why}; rewardkit loads only "
+                    "subclasses of rewardkit.managers.base.RewardManager, so the engine will refuse it. "
+                    "Port it (score_rules), or keep verl's reward loop and call rewardkit.integrations.verl"
+                )
             return
         if source == "register":
             self.put(("reward_manager", "source"), "register", "reward_model.reward_loop_source")
@@ -622,6 +511,12 @@ class _Migrator:
                 )
             else:
                 self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
+                if name not in _BUILTIN_MANAGERS:
+                    self.note(
+                        f"check reward.reward_manager.name={name!r}: not a rewardkit built-in manager "
+                        f"({', '.join(sorted(_BUILTIN_MANAGERS))}); a verl manager registered in verl "
+                        "is unknown to rewardkit unless a rewardkit plugin registers that name"
+                    )
 
     # -- new-layout clean-up -----------------------------------------------------------------------
     def tidy_new(self) -> None:
@@ -637,6 +532,13 @@ class _Migrator:
                     strip(v, (*path, k))
 
         strip(self.out, ("reward",))
+        for path, new_key in _RENAMED.items():
+            parent = _get(self.out, path[:-1])
+            if isinstance(parent, dict) and path[-1] in parent and new_key not in parent:
+                parent[new_key] = parent.pop(path[-1])
+                new_path = (*path[:-1], new_key)  # named: mypy misreads (*a, b) in a subscript as 3.11 syntax
+                self.provenance[new_path] = f"reward.{_dotted(path)}"
+                self.note(f"renamed reward.{_dotted(path)} → reward.{_dotted(new_path)}")
         if targets:
             self.note(f"dropped Hydra class pointers (verl-only): {', '.join(targets)}")
         kwargs = self.out.pop("reward_kwargs", None)

@@ -83,8 +83,10 @@ async def serve(
     in-flight ones get ``shutdown_timeout`` seconds to finish, then answer a JSON 503; then the
     server closes. ``ready`` (optional) is called with the bound port once the server listens.
     Binding an address other machines can reach needs the app to have a token (:class:`ValueError`
-    otherwise). Connections over ``max_connections`` get a 503; one whose request headers take
-    longer than ``header_timeout_s`` is closed.
+    otherwise). Connections over ``max_connections`` get a 503. A connection is closed when it keeps
+    the server waiting more than ``header_timeout_s`` for any request's headers (the first or a later
+    one on a kept-alive connection) or, after an answer, for the rest of an unread body or for the
+    client to read the answer; a body the handler reads gets ``header_timeout_s`` too (408).
     """
     if not is_loopback(host) and app[STATE].token is None:
         raise ValueError(
@@ -100,6 +102,7 @@ async def serve(
     handler = runner.server
     if handler is None:  # set by runner.setup()
         raise RuntimeError("aiohttp AppRunner has no server after setup()")
+    handler.request_handler = guard.wrap(handler.request_handler)
     server = await loop.create_server(lambda: GuardedProtocol(handler(), guard), host, port)
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
     if ready is not None:
@@ -140,40 +143,62 @@ async def serve(
 
 @click.command("serve")
 @click.option(
-    "--config", "-c", "config_path", type=click.Path(exists=True, dir_okay=False), help="reward config YAML"
+    "--config",
+    "-c",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A reward config YAML (the `reward:` section). Default: rewardkit's defaults.",
 )
-@click.option("--host", default=DEFAULT_HOST, show_default=True, help="address to bind")
 @click.option(
-    "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535), help="0: any free port"
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to bind; other than loopback needs --token.",
 )
-@click.option("--token", default=None, help=f"bearer token clients must send (default: ${TOKEN_ENV})")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0: any free port.",
+)
+@click.option(
+    "--token",
+    default=None,
+    help=f"Bearer token clients must send (not on /health). Default: ${TOKEN_ENV}, else none.",
+)
 @click.option(
     "--executor",
     type=click.Choice(["auto", "inline", "process", "ray"]),
     default=None,
-    help="Override reward.executor.",
+    help="Override reward.executor. Default: the config's.",
 )
-@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Override reward.num_workers.")
+@click.option(
+    "--num-workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override reward.num_workers. Default: the config's.",
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Override reward.timeout_s (per-sample deadline, seconds).",
+    help="Override reward.timeout_s (per-sample deadline, seconds). Default: the config's.",
 )
 @click.option(
     "--max-batch",
     default=DEFAULT_MAX_BATCH,
     show_default=True,
     type=click.IntRange(min=1),
-    help="most samples (or queries) in one request; more answers 413",
+    help="Most samples (or queries) in one request; more answers 413.",
 )
 @click.option(
     "--max-body-mb",
     default=DEFAULT_MAX_BODY_MB,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="largest request body in MiB; more answers 413",
+    help="Largest request body in MiB; more answers 413.",
 )
 @click.option(
     "--read-timeout",
@@ -181,38 +206,42 @@ async def serve(
     default=DEFAULT_READ_TIMEOUT_S,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="seconds a client may take to send its request headers, and again its body (408); "
-    "also how long an idle keep-alive connection stays open",
+    help="Seconds a client may take to send each request's headers, then its body (408), and, after "
+    "each answer, to read it and send the next request (keep-alive); scoring time does not count.",
 )
 @click.option(
     "--max-connections",
     default=DEFAULT_MAX_CONNECTIONS,
     show_default=True,
     type=click.IntRange(min=1),
-    help="open connections at most; more are answered 503 and closed",
+    help="Open connections at most; more are answered 503 and closed.",
 )
 @click.option(
     "--lanes",
     default=1,
     show_default=True,
     type=click.IntRange(min=1),
-    help="engines (each with its own workers) concurrent requests are spread over: a request whose "
-    "scorers hang then holds up only its lane",
+    help="Engines (each with its own workers) concurrent requests are spread over, to isolate them; "
+    "not needed against a hung request, as requests share an engine's workers fairly.",
 )
 @click.option(
-    "--strip-token", "strip_tokens", multiple=True, help="token text stripped from OpenRLHF responses"
+    "--strip-token",
+    "strip_tokens",
+    multiple=True,
+    help="Token text (pad, EOS) stripped from the end of OpenRLHF responses; repeatable. Default: none.",
 )
 @click.option(
     "--default-scorer",
     default=None,
-    help="scorer for samples without a data source, e.g. gsm8k for OpenRLHF's query/prompts/labels",
+    help="Scorer for samples without a data source, e.g. gsm8k for OpenRLHF's query/prompts/labels. "
+    "Default: the config's default_scorer.",
 )
 @click.option(
     "--shutdown-timeout",
     default=60.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="seconds in-flight requests get to finish after SIGTERM/SIGINT; then they answer 503",
+    help="Seconds in-flight requests get to finish after SIGTERM/SIGINT; then they answer 503.",
 )
 def serve_command(
     config_path,

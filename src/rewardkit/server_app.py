@@ -473,10 +473,10 @@ def create_app(
     :param strip_tokens: token texts (pad, EOS) stripped from the end of OpenRLHF responses.
     :param default_scorer: overrides the config's ``default_scorer``, the scorer of samples with
         no (or an unclaimed) data source, e.g. every OpenRLHF request (``--default-scorer gsm8k``).
-    :param read_timeout_s: longest wait for a request body; slower answers 408.
-    :param lanes: engines (each with its own workers) that concurrent requests are spread over, so
-        that one request whose scorers hang holds up only its lane (an executor that runs one job at
-        a time, like ``process``, otherwise makes every other request wait). Only for an app that
+    :param read_timeout_s: longest wait for a request body; slower answers 408 (:func:`serve`
+        applies it to headers and kept-alive connections too).
+    :param lanes: engines (each with its own workers) that concurrent requests are spread over, to
+        isolate them (requests share one engine's workers fairly anyway). Only for an app that
         builds its engine from a config.
     """
     check_token(token)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 #: Deepest JSON nesting accepted in a request body (rewardkit's own requests need about 6).
@@ -58,7 +58,11 @@ _TOO_MANY = (
 
 
 class ConnectionGuard:
-    """Counts open connections for :class:`GuardedProtocol`: a cap and a header deadline."""
+    """Counts open connections for :class:`GuardedProtocol`: a cap and a read deadline.
+
+    :meth:`wrap` the server's request handler so that the deadline covers every request on a
+    kept-alive connection, not only the first one.
+    """
 
     def __init__(self, max_connections: int, header_timeout_s: float):
         self.max_connections = max_connections
@@ -66,11 +70,30 @@ class ConnectionGuard:
         self.open = 0
         self.refused = 0
         self.timed_out = 0
+        self.conns: dict[Any, GuardedProtocol] = {}  # aiohttp's protocol -> our wrapper
+
+    def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        """``handler`` (aiohttp's ``Server.request_handler``), telling each connection when a request
+        starts (its headers are in: the deadline stops) and ends (it starts again, for the client to
+        read the answer, finish sending an unread body and send the next request's headers)."""
+
+        async def guarded(request):
+            conn = self.conns.get(request.protocol)
+            if conn is None:
+                return await handler(request)
+            conn.request_started()
+            try:
+                return await handler(request)
+            finally:
+                conn.request_finished()
+
+        return guarded
 
 
 class GuardedProtocol(asyncio.Protocol):
-    """Wraps aiohttp's request handler: refuses connections over the cap (a JSON 503), and closes
-    one whose first request's headers have not arrived within ``header_timeout_s`` (slow-loris)."""
+    """Wraps aiohttp's request handler: refuses connections over the cap (a JSON 503), and closes one
+    that keeps the server waiting longer than ``header_timeout_s`` for a request's headers (slow-loris),
+    or, after an answer, for the rest of an unread body, the answer to be read or the next headers."""
 
     def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard):
         self._inner = inner
@@ -80,6 +103,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._tail = b""
         self._counted = False
         self._refused = False
+        self._hooked = False  # the wrapped request handler reports requests: no header sniffing
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -92,22 +116,46 @@ class GuardedProtocol(asyncio.Protocol):
             return
         g.open += 1
         self._counted = True
-        self._timer = asyncio.get_running_loop().call_later(g.header_timeout_s, self._too_slow)
+        g.conns[self._inner] = self
+        self._arm()
         self._inner.connection_made(transport)
 
+    def _arm(self) -> None:
+        self._disarm()
+        self._tail = b""
+        self._timer = asyncio.get_running_loop().call_later(self._guard.header_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def request_started(self) -> None:
+        """A request's headers are in: its handler runs (and bounds its own body read) untimed."""
+        self._hooked = True
+        self._disarm()
+
+    def request_finished(self) -> None:
+        """A request's handler returned: the client has ``header_timeout_s`` for what comes next."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._arm()
+
     def _too_slow(self) -> None:
+        self._timer = None
         self._guard.timed_out += 1
-        if self._transport is not None:
-            self._transport.close()
+        t = self._transport
+        if t is not None and t.get_write_buffer_size():
+            t.abort()  # an answer the client does not read would hold close() open: drop it
+        elif t is not None:
+            t.close()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        if self._timer is not None:
+        if self._timer is not None and not self._hooked:
             seen = self._tail + data
             if b"\r\n\r\n" in seen:
-                self._timer.cancel()
-                self._timer = None
+                self._disarm()
             else:
                 self._tail = seen[-3:]
         self._inner.data_received(data)
@@ -118,10 +166,10 @@ class GuardedProtocol(asyncio.Protocol):
         return self._inner.eof_received()
 
     def connection_lost(self, exc) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._disarm()
         if self._counted:
             self._guard.open -= 1
+            self._guard.conns.pop(self._inner, None)
             self._counted = False
         if not self._refused:
             self._inner.connection_lost(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -84,3 +85,36 @@ class ServeProc:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def trickle(
+    socks: list[socket.socket], byte_every_s: float, give_up_s: float, got: list[bytes] | None = None
+) -> list[float | None]:
+    """Send each socket a byte every ``byte_every_s``; when each was closed (s), None if never.
+
+    ``got`` (optional, one entry per socket) collects what the server sent on each."""
+    start = time.monotonic()
+    closed: list[float | None] = [None] * len(socks)
+    for s in socks:
+        s.setblocking(False)
+    while None in closed and time.monotonic() - start < give_up_s:
+        for i, s in enumerate(socks):
+            if closed[i] is not None:
+                continue
+            try:
+                while chunk := s.recv(4096):  # drain what the server sent; b"" is its close
+                    if got is not None:
+                        got[i] += chunk
+                closed[i] = time.monotonic() - start
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = time.monotonic() - start
+                continue
+            try:
+                s.send(b"X")
+            except OSError:
+                closed[i] = time.monotonic() - start
+        time.sleep(byte_every_s)
+    return closed

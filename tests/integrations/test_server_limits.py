@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from rewardkit.server import create_app, serve_command
 
-from .serve_proc import ServeProc
+from .serve_proc import ServeProc, trickle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -103,7 +103,7 @@ def test_serve_has_scores_overrides_and_documented_limits():
     for opt in ("--executor", "--num-workers", "--timeout", "--read-timeout", "--max-connections"):
         assert opt in out
     flat = " ".join(out.split())
-    assert "more answers 413" in flat and "largest request body in MiB" in flat
+    assert "more answers 413" in flat and "Largest request body in MiB" in flat
 
 
 def test_executor_override_reaches_the_engine(server):
@@ -208,8 +208,41 @@ def test_a_hanging_request_does_not_hold_up_other_clients(server):
     assert quick < slow / 2, (quick, slow)
 
 
+def test_process_executor_shares_its_pool_with_one_lane(server):
+    """Head-of-line with the default ``--lanes 1``: the process pool is shared fairly, so while one
+    request's scorer hangs, each of five one-sample requests finishes in a small fraction of the hang
+    (each took the whole hang, 8.8 s, when the executor ran one job at a time)."""
+    srv = server("--executor", "process", "--num-workers", "2", "--timeout", "60")
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # workers started
+    hung: dict = {}
+    start = time.monotonic()
+    thread = threading.Thread(
+        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 6"}]}))
+    )
+    thread.start()
+    while srv.get("/health")[1]["in_flight"] < 1:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the hanging sample is on a worker by now
+
+    def timed() -> tuple[tuple[int, dict], float]:
+        t0 = time.monotonic()
+        return srv.post("/v1/score", GOOD), time.monotonic() - t0
+
+    async def five():
+        return await asyncio.gather(*(asyncio.to_thread(timed) for _ in range(5)))
+
+    answers = asyncio.run(five())
+    thread.join(timeout=120)
+    hang = time.monotonic() - start
+    assert hung["answer"][0] == 200 and hung["answer"][1]["status"] == ["ok"]
+    assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a, _ in answers)
+    took = [t for _, t in answers]
+    assert max(took) < hang / 4, (took, hang)
+
+
 def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(server):
-    """The process executor runs one job at a time; with two lanes a hung request holds up only its own."""
+    """``--lanes 2``: two engines, each with its own pool; a hung request holds up only its lane (with one
+    worker per lane, where a single shared pool could not help)."""
     srv = server("--executor", "process", "--num-workers", "1", "--timeout", "60", "--lanes", "2")
     assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # both lanes' first use: lane 0 warm
     assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
@@ -232,3 +265,94 @@ def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(serv
     slow = time.monotonic() - start
     assert hung["answer"][0] == 200 and slow >= 8
     assert quick < slow / 2, (quick, slow)
+
+
+def _kept_alive(port: int) -> socket.socket:
+    """A connection that has had one good request answered and stays open for the next."""
+    s = _raw(port)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
+    return s
+
+
+def test_every_request_on_a_kept_alive_connection_has_a_read_deadline(server):
+    """Not only the first request: a second request's trickled headers, or an unread body after an
+    answer, get the read timeout too (an unread body was held for aiohttp's 10 s lingering time)."""
+    timeout = 1.0
+    srv = server("--read-timeout", str(timeout))
+    headers = _kept_alive(srv.port)
+    headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the next request's headers never finish
+    body = _raw(srv.port)  # a handler that does not read the body answers; the body then trickles
+    body.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    assert body.recv(4096).startswith(b"HTTP/1.1 200")
+    second_body = _kept_alive(srv.port)
+    second_body.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    closed = trickle([headers, body, second_body], 0.25, 20 * timeout)
+    assert all(c is not None and c < 5 * timeout for c in closed), closed
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+
+
+def test_a_keep_alive_client_keeps_its_connection(server):
+    """Several requests on one connection, one of them scored for longer than the read timeout."""
+    import http.client
+    import json
+
+    srv = server("--read-timeout", "1")
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    socks = []
+    try:
+        for response in ("1", "SLEEP 2", "1", "2", "1"):
+            conn.request(
+                "POST",
+                "/v1/score",
+                body=json.dumps({"samples": [{"response": response, "ground_truth": "1"}]}),
+                headers={"Content-Type": "application/json"},
+            )
+            reply = conn.getresponse()
+            assert reply.status == 200 and not reply.will_close
+            assert json.loads(reply.read())["scores"] == [0.0 if response == "2" else 1.0]
+            socks.append(conn.sock)
+            time.sleep(0.3)  # a pause well inside the read timeout
+    finally:
+        conn.close()
+    assert len(socks) == 5 and all(s is socks[0] for s in socks)  # http.client reconnects silently
+
+
+def test_fifty_byte_a_second_clients_are_all_closed(server):
+    """50 slow-loris connections, half of them after a good first request, are all cut off."""
+    timeout = 1.0
+    srv = server("--read-timeout", str(timeout))
+    fresh = [_raw(srv.port) for _ in range(25)]
+    for s in fresh:
+        s.sendall(b"POST /v1/score HTTP/1.1\r\n")
+    kept = [_kept_alive(srv.port) for _ in range(25)]
+    for s in kept:
+        s.sendall(b"POST /v1/score HTTP/1.1\r\n")
+    closed = trickle(fresh + kept, 1.0, 15 * timeout)
+    try:
+        assert all(c is not None and c < 6 * timeout for c in closed), closed
+        assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
+    finally:
+        for s in fresh + kept:
+            s.close()
+
+
+def test_pipelined_requests_are_not_cut_while_an_earlier_one_is_scored(server):
+    """Two requests in one write, the first scored for twice the read timeout: both are answered."""
+    srv = server("--read-timeout", "1")
+    body = b'{"samples": [{"response": "SLEEP 2", "ground_truth": "1"}]}'
+    first = (
+        b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    s = _raw(srv.port)
+    s.settimeout(30)
+    s.sendall(first + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while data.count(b"HTTP/1.1 200") < 2:
+        chunk = s.recv(4096)
+        assert chunk, data  # the server closed the connection before answering both
+        data += chunk
+    s.close()
+    assert b'"scores": [1.0]' in data and b'"status": "ok"' in data

@@ -1,7 +1,9 @@
-"""Soak: `rewardkit serve` under mixed good, bad, hanging and slow clients, bounded in count and time."""
+"""Soak: `rewardkit serve` under mixed good, bad, hanging, slow and keep-alive clients, bounded in count
+and time (about 25 s)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -11,14 +13,16 @@ import urllib.request
 
 import pytest
 
-from .serve_proc import ServeProc
+from .serve_proc import ServeProc, trickle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 SOAK_S = 20.0  # how long the mixed load runs
+READ_TIMEOUT_S = 2.0
 GOOD_DEADLINE_S = 10.0  # every good request must be answered within this
 MAX_GOOD = 400  # bound on good requests (per client: MAX_GOOD / GOOD_CLIENTS)
-GOOD_CLIENTS = 4
+GOOD_CLIENTS = 3
+SLOW_CUT_S = 5 * READ_TIMEOUT_S  # a slow client must be cut off within this (generous, under load)
 
 
 def test_soak_mixed_clients(tmp_path, scorer_path):
@@ -28,29 +32,68 @@ def test_soak_mixed_clients(tmp_path, scorer_path):
         f"  custom_reward_function:\n    path: {scorer_path}\n",
         encoding="utf-8",
     )
-    srv = ServeProc(config, "--read-timeout", "2", "--max-connections", "64")
+    srv = ServeProc(config, "--read-timeout", str(READ_TIMEOUT_S), "--max-connections", "64")
     stop = time.monotonic() + SOAK_S
     latencies: list[float] = []
     wrong: list[str] = []
-    counts = {"bad": 0, "hang": 0, "slow": 0}
+    counts = {"bad": 0, "hang": 0, "slow_headers": 0, "slow_body": 0, "slow_next": 0, "kept": 0}
+    cut_after: list[float] = []  # how long each slow client stayed connected
     lock = threading.Lock()
+
+    def note(kind: str, n: int = 1) -> None:
+        with lock:
+            counts[kind] += n
+
+    def check(samples_of: int, status: int, body: dict, who: str) -> None:
+        want = [1.0 if j % 2 == 0 else 0.0 for j in range(samples_of)]
+        if status != 200 or body.get("scores") != want:
+            wrong.append(f"{who}: {status} {body}")
+
+    def samples(r: int, n: int = 4) -> list[dict]:
+        return [{"response": str(r), "ground_truth": str(r if j % 2 == 0 else -1)} for j in range(n)]
 
     def good_client(k: int) -> None:
         for r in range(MAX_GOOD // GOOD_CLIENTS):
             if time.monotonic() > stop:
                 return
-            samples = [{"response": str(r), "ground_truth": str(r if j % 2 == 0 else -1)} for j in range(4)]
             start = time.monotonic()
             try:
-                status, body = srv.post("/v1/score", {"samples": samples}, timeout=GOOD_DEADLINE_S)
+                status, body = srv.post("/v1/score", {"samples": samples(r)}, timeout=GOOD_DEADLINE_S)
             except (OSError, urllib.error.URLError) as e:
                 wrong.append(f"good client {k} request {r}: {e!r}")
                 continue
-            took = time.monotonic() - start
             with lock:
-                latencies.append(took)
-            if status != 200 or body["scores"] != [1.0, 0.0, 1.0, 0.0]:
-                wrong.append(f"good client {k} request {r}: {status} {body}")
+                latencies.append(time.monotonic() - start)
+            check(4, status, body, f"good client {k} request {r}")
+
+    def keep_alive_client() -> None:  # many requests on one connection, pausing inside the read timeout
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=GOOD_DEADLINE_S)
+        first = None
+        try:
+            for r in range(200):
+                if time.monotonic() > stop:
+                    return
+                start = time.monotonic()
+                conn.request(
+                    "POST",
+                    "/v1/score",
+                    body=json.dumps({"samples": samples(r, 2)}),
+                    headers={"Content-Type": "application/json"},
+                )
+                reply = conn.getresponse()
+                status, body = reply.status, json.loads(reply.read())
+                with lock:
+                    latencies.append(time.monotonic() - start)
+                check(2, status, body, f"keep-alive request {r}")
+                first = first or conn.sock
+                if conn.sock is not first:
+                    wrong.append(f"keep-alive request {r}: the connection was dropped")
+                note("kept")
+                time.sleep(READ_TIMEOUT_S / 4 if r % 5 == 4 else 0.02)
+        except (OSError, http.client.HTTPException) as e:
+            wrong.append(f"keep-alive client: {e!r}")
+        finally:
+            conn.close()
 
     def bad_client() -> None:
         payloads = [
@@ -72,7 +115,7 @@ def test_soak_mixed_clients(tmp_path, scorer_path):
                 if e.code != want:
                     wrong.append(f"bad payload {i}: {e.code}, wanted {want}")
             i += 1
-            counts["bad"] += 1
+            note("bad")
             time.sleep(0.02)
 
     def hanging_client() -> None:  # a batch whose scorer hangs; the client gives up early
@@ -81,31 +124,50 @@ def test_soak_mixed_clients(tmp_path, scorer_path):
                 srv.post("/v1/score", {"samples": [{"response": "SLEEP 600"}]}, timeout=1)
             except (OSError, urllib.error.URLError):
                 pass
-            counts["hang"] += 1
+            note("hang")
 
-    def slow_client() -> None:  # slow-loris: headers a byte at a time
-        while time.monotonic() < stop - 3 and counts["slow"] < 20:
-            socks = []
-            for _ in range(5):
-                s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    def slow_client() -> None:  # byte-a-second headers, bodies, and next requests after a good one
+        rounds = 0
+        while time.monotonic() < stop - SLOW_CUT_S and rounds < 3:
+            rounds += 1
+            heads = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+            for s in heads:
                 s.sendall(b"POST /v1/score HTTP/1.1\r\n")
-                socks.append(s)
+            bodies = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(3)]
+            for s in bodies:
+                s.sendall(
+                    b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 500\r\n\r\n{"
+                )
+            nexts = []
             for _ in range(3):
-                for s in socks:
-                    try:
-                        s.sendall(b"X")
-                    except OSError:
-                        pass
-                time.sleep(1)
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if not s.recv(4096).startswith(b"HTTP/1.1 200"):
+                    wrong.append("slow client: its good first request failed")
+                s.sendall(b"POST /v1/score HTTP/1.1\r\n")
+                nexts.append(s)
+            socks = heads + bodies + nexts
+            got = [b""] * len(socks)
+            closed = trickle(socks, 1.0, 3 * SLOW_CUT_S, got)
             for s in socks:
                 s.close()
-            counts["slow"] += 5
+            with lock:
+                cut_after.extend(c if c is not None else float("inf") for c in closed)
+            for answer in got[len(heads) : len(heads) + len(bodies)]:
+                if answer and b" 408 " not in answer.split(b"\r\n")[0]:
+                    wrong.append(f"slow body answered {answer[:40]!r}, not 408")
+            note("slow_headers", len(heads))
+            note("slow_body", len(bodies))
+            note("slow_next", len(nexts))
 
     try:
         srv.post("/v1/score", {"samples": [{"response": "1", "ground_truth": "1"}]})  # warm up
         rss_start = srv.rss_kib()
         threads = [threading.Thread(target=good_client, args=(k,)) for k in range(GOOD_CLIENTS)]
-        threads += [threading.Thread(target=f) for f in (bad_client, hanging_client, slow_client)]
+        threads += [
+            threading.Thread(target=f) for f in (keep_alive_client, bad_client, hanging_client, slow_client)
+        ]
         for t in threads:
             t.start()
         mid = []
@@ -120,7 +182,9 @@ def test_soak_mixed_clients(tmp_path, scorer_path):
         srv.close()
     assert not wrong, wrong[:10]
     assert len(latencies) >= 20 and max(latencies) < GOOD_DEADLINE_S
-    assert counts["bad"] > 20 and counts["hang"] > 0 and counts["slow"] > 0
-    assert status == 200 and health["status"] == "ok"
+    assert counts["bad"] > 20 and counts["hang"] > 0 and counts["kept"] >= 20, counts
+    assert min(counts["slow_headers"], counts["slow_body"], counts["slow_next"]) > 0, counts
+    assert cut_after and max(cut_after) < SLOW_CUT_S, cut_after  # every slow client was cut off
+    assert status == 200 and health["status"] == "ok" and health["in_flight"] == 0
     # flat memory: generous, as the allocator keeps freed arenas around
     assert rss_end < rss_start * 1.5 + 60_000, (rss_start, mid, rss_end)

@@ -66,11 +66,19 @@ def test_empty_batch(engine, crf):
         ({}, False, "needs a batch scorer"),
         ({"scorer": "t_half"}, False, "is not a batch scorer"),
         ({"scorer": "t_batch"}, True, "not both"),
-        ({"scorer": 3}, False, "must be a scorer name"),
+        ({"scorer": 3}, False, "reward.reward_manager.kwargs.scorer: Input should be a valid string"),
         ({"scorer_kwargs": {"a": 1}}, True, "scorer_kwargs applies to kwargs.scorer"),
-        ({"scorer": "t_batch", "scorer_kwargs": [1]}, False, "must be a mapping"),
-        ({"dedup": "yes"}, True, "true or false"),
-        ({"batch_size": 4}, True, "unknown option(s) batch_size"),
+        (
+            {"scorer": "t_batch", "scorer_kwargs": [1]},
+            False,
+            "reward.reward_manager.kwargs.scorer_kwargs: Input should be a valid dictionary",
+        ),
+        ({"dedup": "yes"}, True, "reward.reward_manager.kwargs.dedup: Input should be a valid boolean"),
+        (
+            {"batch_size": 4},
+            True,
+            "reward.reward_manager.kwargs.batch_size: unknown key. Known keys here: dedup, scorer, scorer_kwargs.",
+        ),
     ],
 )
 def test_config_errors(engine, crf, cfg_kwargs, use_crf, message):

@@ -73,27 +73,46 @@ def test_failed_and_abstained_samples_are_left_alone(engine, crf):
     assert result.status == ["abstained"]
 
 
+K = "reward.reward_manager.kwargs."
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"overlong_buffer_cfg": {"enable": True, "len": 20}}, "max_resp_len is not set"),
-        ({"overlong_buffer_cfg": {"enable": True, "len": 0}, "max_resp_len": 100}, "must be > 0"),
-        ({"overlong_buffer_cfg": {"enable": True, "len": -5}, "max_resp_len": 100}, "must be > 0"),
+        (
+            {"overlong_buffer_cfg": {"enable": True, "len": 0}, "max_resp_len": 100},
+            f"{K}overlong_buffer_cfg: len must be > 0",
+        ),
+        ({"overlong_buffer_cfg": {"enable": True, "len": -5}, "max_resp_len": 100}, "len must be > 0"),
         ({"overlong_buffer_cfg": {"enable": True, "len": 200}, "max_resp_len": 100}, "must be >="),
-        ({"overlong_buffer_cfg": {"enable": True, "len": 2.5}, "max_resp_len": 100}, "must be an integer"),
-        ({"overlong_buffer_cfg": {"enable": True, "len": 20}, "max_resp_len": "100"}, "must be an integer"),
+        (
+            {"overlong_buffer_cfg": {"enable": True, "len": 2.5}, "max_resp_len": 100},
+            f"{K}overlong_buffer_cfg.len: Input should be a valid integer",
+        ),
+        (
+            {"overlong_buffer_cfg": {"enable": True, "len": 20}, "max_resp_len": "100"},
+            f"{K}max_resp_len: Input should be a valid integer",
+        ),
         (
             {"overlong_buffer_cfg": {"enable": True, "len": 20, "penalty_factor": -1}, "max_resp_len": 100},
-            ">= 0",
+            f"{K}overlong_buffer_cfg.penalty_factor: Input should be greater than or equal to 0",
         ),
-        ({"overlong_buffer_cfg": {"enable": "yes"}}, "true or false"),
+        (
+            {"overlong_buffer_cfg": {"enable": True, "len": 20, "penalty_factor": True}, "max_resp_len": 100},
+            "penalty_factor must be a number >= 0",
+        ),
+        (
+            {"overlong_buffer_cfg": {"enable": "yes"}},
+            f"{K}overlong_buffer_cfg.enable: Input should be a valid boolean",
+        ),
         (
             {"overlong_buffer_cfg": {"enable": True, "lenght": 20}},
-            "unknown overlong_buffer_cfg key(s) lenght",
+            f"{K}overlong_buffer_cfg.lenght: unknown key. Did you mean 'len'?",
         ),
-        ({"overlong_buffer_cfg": [1]}, "must be a mapping"),
-        ({"max_len": 3}, "unknown option(s) max_len"),
-        ({"tokenizer": 3}, "tokenizer must be a path"),
+        ({"overlong_buffer_cfg": [1]}, f"{K}overlong_buffer_cfg: Input should be a valid dictionary"),
+        ({"max_len": 3}, f"{K}max_len: unknown key. Did you mean 'max_resp_len'?"),
+        ({"tokenizer": 3}, f"{K}tokenizer: Input should be a valid string"),
     ],
 )
 def test_config_validation(engine, crf, kwargs, message):

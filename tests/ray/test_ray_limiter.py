@@ -107,7 +107,11 @@ def test_generative_backend_in_workers_shares_the_budget(ray_cluster, server):
     rollout = {"base_url": f"http://127.0.0.1:{server.port}", "model": "judge", "template": "rubric"}
     config = {
         "num_workers": 2,
-        "reward_model": {"enable": True, "backend": "generative", "rollout": {**rollout, "max_in_flight": K}},
+        "reward_model": {
+            "enable": True,
+            "backend": "generative",
+            "rollout": {**rollout, "max_concurrency": K},
+        },
     }
     with RewardLoopManager(config, worker_num_cpus=0.5) as m:
         server.reset()

@@ -32,7 +32,7 @@ def config(server: dict, **rollout) -> dict:
             "enable": True,
             "backend": "served-classifier",
             "server": server,
-            "rollout": {"max_batch_size": 1, "max_in_flight": 4, **rollout},
+            "rollout": {"max_batch_size": 1, "max_concurrency": 4, **rollout},
         },
     }
 

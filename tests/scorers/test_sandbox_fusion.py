@@ -20,7 +20,7 @@ class FakeSandboxFusion:
     def __init__(self):
         self.requests: list[dict] = []
         self.in_flight = 0
-        self.max_in_flight = 0
+        self.max_concurrency = 0
         self.fail_next: list[int] = []  # HTTP statuses to answer before behaving
         self.sandbox_error = False
 
@@ -32,7 +32,7 @@ class FakeSandboxFusion:
         if self.sandbox_error:
             return web.json_response({"status": "SandboxError", "message": "pod crashed", "run_result": None})
         self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.max_concurrency = max(self.max_concurrency, self.in_flight)
         try:
             await asyncio.sleep(0.05)
             limits = Limits(timeout_s=float(body["run_timeout"]), memory_mb=int(body["memory_limit_MB"]))
@@ -97,7 +97,7 @@ async def test_at_most_max_concurrent_in_flight(fake_server):
         *(compute_score("print(1)", ["assert True"], sandbox_fusion=cfg) for _ in range(6))
     )
     assert all(o["acc"] for o in outs)
-    assert fake_server.max_in_flight == 2  # six requests, never more than two at once
+    assert fake_server.max_concurrency == 2  # six requests, never more than two at once
     assert limiter_for(fake_server.url, 2).busy == 0
 
 

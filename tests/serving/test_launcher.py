@@ -252,3 +252,19 @@ def test_servers_go_down_when_their_owner_is_killed(tmp_path):
         assert wait_for(lambda: all(gone(p) for p in pids), timeout=30)
     finally:
         owner.kill()
+
+
+def test_launched_urls_go_to_the_backend_as_a_list_or_the_first_with_a_warning():
+    from rewardkit.backends.generative import GenerativeRM
+    from rewardkit.serving.routing import backend_config
+
+    rm = rm_config(standin_server(replicas=2), backend="generative")
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert backend_config(rm, urls, GenerativeRM).rollout["base_url"] == urls
+
+    class OneURLBackend:  # a third-party backend that does not route over replicas
+        name = "one-url"
+
+    with pytest.warns(RuntimeWarning, match="only the first replica"):
+        assert backend_config(rm, urls, OneURLBackend).rollout["base_url"] == urls[0]
+    assert backend_config(rm, urls[:1], OneURLBackend).rollout["base_url"] == urls[0]

@@ -12,7 +12,6 @@ from standin_server import score_of
 
 from rewardkit import RewardEngine
 from rewardkit.serving.group import ServersAsleepError
-from rewardkit.serving.routing import http_settings_accept_url_list
 
 
 def engine_config(server: dict, backend: str = "served-classifier", **rollout) -> dict:
@@ -23,7 +22,9 @@ def engine_config(server: dict, backend: str = "served-classifier", **rollout) -
 
 
 def test_served_classifier_routes_over_every_replica_with_token_budget_batching(samples):
-    cfg = engine_config(standin_server(replicas=2, placement="standalone"), max_batch_size=2, max_in_flight=2)
+    cfg = engine_config(
+        standin_server(replicas=2, placement="standalone"), max_batch_size=2, max_concurrency=2
+    )
     with RewardEngine(cfg) as engine:
         result = engine.compute(samples)
         urls, pids = engine.servers.urls, engine.servers.pids
@@ -38,7 +39,9 @@ def test_served_classifier_routes_over_every_replica_with_token_budget_batching(
 
 
 def test_colocated_servers_are_woken_for_a_batch_and_put_back_to_sleep(samples):
-    with RewardEngine(engine_config(standin_server(replicas=2), max_batch_size=1, max_in_flight=2)) as engine:
+    with RewardEngine(
+        engine_config(standin_server(replicas=2), max_batch_size=1, max_concurrency=2)
+    ) as engine:
         result = engine.compute(samples[:4])
         assert engine.servers.asleep
         events = [stats(u)["events"] for u in engine.servers.urls]
@@ -113,11 +116,8 @@ def test_generative_judge_uses_the_launched_replicas(samples):
             result = engine.compute(samples[:6])
             chats = [stats(u)["events"].count("chat") for u in engine.servers.urls]
     assert [r.status for r in result.samples] == ["ok"] * 6
-    if http_settings_accept_url_list():  # the judge routes across the list
-        assert min(chats) >= 1, chats
-    else:  # one base_url today: the first replica serves, and a warning says so
-        assert chats[0] == 6 and chats[1] == 0
-        assert any("only the first replica" in str(w.message) for w in caught)
+    assert min(chats) >= 1, chats  # the judge routes across the list
+    assert not any("only the first replica" in str(w.message) for w in caught)
 
 
 def test_base_url_next_to_server_is_a_config_error():

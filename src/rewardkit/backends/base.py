@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from rewardkit.batch import Sample
     from rewardkit.config import RewardModelConfig
     from rewardkit.result import SampleResult
@@ -31,6 +33,11 @@ class RMBackend(ABC):
 
     #: Registered name; set by subclasses for clarity in logs.
     name: ClassVar[str] = ""
+    #: The backend's options model (an :class:`~rewardkit.options.Options`), validated from the
+    #: ``reward_model`` sub-section named by :attr:`options_key`; listed in the config reference.
+    Options: ClassVar[type[BaseModel] | None] = None
+    #: Where in ``reward.reward_model`` the backend's options live: ``rollout`` or ``kwargs``.
+    options_key: ClassVar[str] = "rollout"
 
     def __init__(self, config: RewardModelConfig):
         self.config = config

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from rewardkit.backends.base import RMBackend
 from rewardkit.errors import ConfigError
+from rewardkit.options import Options, validate_options
 from rewardkit.result import SampleResult
 
 if TYPE_CHECKING:
@@ -30,16 +31,14 @@ if TYPE_CHECKING:
     from rewardkit.config import RewardModelConfig
 
 
-class DiscriminativeSettings(BaseModel):
+class DiscriminativeSettings(Options):
     """``reward_model.kwargs`` of the discriminative backend."""
-
-    model_config = ConfigDict(extra="forbid")
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: the checkpoint's dtype on CUDA, float32 on CPU"
     )
     device: str = Field("auto", description="auto (cuda if available, else cpu) | cpu | cuda | cuda:N")
-    trust_remote_code: bool = False
+    trust_remote_code: bool = Field(False, description="let transformers run the checkpoint's own code")
     max_length: int | None = Field(
         None, gt=1, description="longest input in tokens; default: the model's max positions"
     )
@@ -58,8 +57,8 @@ class DiscriminativeSettings(BaseModel):
     normalize: Literal["none", "fixed", "sigmoid"] = Field(
         "none", description="fixed: (s - mean) / std; sigmoid: sigmoid((s - mean) / std)"
     )
-    mean: float = 0.0
-    std: float = Field(1.0, gt=0)
+    mean: float = Field(0.0, description="subtracted from the score by normalize: fixed | sigmoid")
+    std: float = Field(1.0, gt=0, description="divides the centred score by normalize: fixed | sigmoid")
     chat_template: str | None = Field(
         None, description="Jinja chat template (or a path to a .jinja file) replacing the tokenizer's"
     )
@@ -78,20 +77,9 @@ class DiscriminativeSettings(BaseModel):
 
 def parse_settings(kwargs: dict[str, Any]) -> DiscriminativeSettings:
     """Validate ``reward_model.kwargs``; a :class:`ConfigError` lists every problem and the known keys."""
-    try:
-        return DiscriminativeSettings.model_validate(kwargs)
-    except ValidationError as e:
-        known = sorted(DiscriminativeSettings.model_fields)
-        lines = ["invalid reward_model.kwargs for the discriminative backend:"]
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                lines.append(f"  {loc}: unknown key.{hint} Known keys: {', '.join(known)}.")
-            else:
-                lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r:.60})")
-        raise ConfigError("\n".join(lines)) from None
+    return validate_options(
+        DiscriminativeSettings, kwargs, "reward.reward_model.kwargs", "the discriminative backend"
+    )
 
 
 class _Encoded:
@@ -142,6 +130,8 @@ class DiscriminativeRM(RMBackend):
     """
 
     name: ClassVar[str] = "discriminative"
+    Options: ClassVar[type[DiscriminativeSettings]] = DiscriminativeSettings
+    options_key: ClassVar[str] = "kwargs"
 
     def __init__(self, config: RewardModelConfig):
         super().__init__(config)

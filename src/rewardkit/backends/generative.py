@@ -86,6 +86,7 @@ class GenerativeRM(HTTPBackend):
     """
 
     name = "generative"
+    Options = GenerativeSettings
 
     def __init__(self, config: RewardModelConfig):
         self.settings: GenerativeSettings = parse_settings(
@@ -251,7 +252,7 @@ class GenerativeRM(HTTPBackend):
         if not samples:
             return []
         start = time.monotonic()
-        deadline = None if self.settings.deadline_s is None else start + self.settings.deadline_s
+        deadline = None if self.settings.batch_timeout_s is None else start + self.settings.batch_timeout_s
         results: list[SampleResult | None] = [None] * len(samples)
         jobs = self._jobs(samples, results)
         live = [j for j in jobs if j is not None]
@@ -302,7 +303,7 @@ class GenerativeRM(HTTPBackend):
 
     def _answer_of(self, out: Any, start: float) -> _Answer:
         if out is TIMED_OUT:
-            msg = f"batch deadline of {self.settings.deadline_s}s passed before the judge answered"
+            msg = f"batch deadline of {self.settings.batch_timeout_s}s passed before the judge answered"
             return _Answer(failure=("timeout", msg), latency_s=time.monotonic() - start, kind="deadline")
         if isinstance(out, RequestFailed):
             return _Answer(

@@ -16,11 +16,11 @@ class GenerativeSettings(HTTPSettings):
         None, description="model name sent to the server; default reward_model.model_path"
     )
     api: Literal["chat", "completions"] = Field("chat", description="/v1/chat/completions or /v1/completions")
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(0.0, ge=0, description="judge sampling temperature")
     max_tokens: int = Field(512, ge=1, description="judge's answer length (also reserved from context)")
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: list[str] | None = None
-    seed: int | None = None
+    top_p: float | None = Field(None, gt=0, le=1, description="judge nucleus sampling; default the server's")
+    stop: list[str] | None = Field(None, description="stop strings of the judge's answer")
+    seed: int | None = Field(None, description="sampling seed sent with every request")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
     template: str = Field("rubric", description="built-in template name or a literal template")
     system_prompt: str | None = Field(None, description="overrides the template's system text")
@@ -32,9 +32,11 @@ class GenerativeSettings(HTTPSettings):
     max_prompt_chars: int | None = Field(
         None, gt=0, description="character budget (overrides context_length)"
     )
-    truncate: Literal["middle", "tail"] = "middle"
+    truncate: Literal["middle", "tail"] = Field(
+        "middle", description="which part of an over-long response is cut to fit the budget"
+    )
     cache_path: str | None = Field(None, description="SQLite file caching judge answers")
-    dedup: bool = True
+    dedup: bool = Field(True, description="judge identical (prompt, response, reference) samples once")
     reask: bool | None = Field(
         None,
         description="ask again after an unparseable or cut-off judgement (default: on when temperature > 0)",

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardkit.backends.base import RMBackend
 from rewardkit.backends.http_metrics import BackendMetrics, LatencyWindow, percentile
@@ -172,8 +172,8 @@ class HTTPCore:
 
     def _make_router(self) -> Router:
         s = self.settings
-        cap = min(s.max_in_flight, s.max_connections)
-        floor = None if s.min_in_flight is None else min(cap, s.min_in_flight)
+        cap = min(s.max_concurrency, s.max_connections)
+        floor = None if s.min_concurrency is None else min(cap, s.min_concurrency)
         return Router(self.replicas, cap, s.adaptive_concurrency, floor)
 
     @property
@@ -419,9 +419,9 @@ class HTTPCore:
         await self._sleep(delay, tries)
 
     def lowest_in_flight_limit(self) -> float:
-        """The lowest adaptive in-flight limit reached since the last call (``max_in_flight`` if never cut)."""
+        """The lowest adaptive in-flight limit reached since the last call (``max_concurrency`` if never cut)."""
         lows = [st.extra.lowest_limit() for st in self.sessions.states()]
-        cap = min(self.settings.max_in_flight, self.settings.max_connections)
+        cap = min(self.settings.max_concurrency, self.settings.max_connections)
         return min(lows, default=float(cap))
 
     def settle_tokens(self, reserved: float, used: float) -> None:
@@ -432,6 +432,9 @@ class HTTPCore:
 
 class HTTPBackend(RMBackend):
     """Base of the RM backends that speak HTTP: one :class:`HTTPCore`, its metrics, and closing both."""
+
+    #: ``rollout.base_url`` may be a list of replicas: :class:`HTTPCore` routes over them.
+    accepts_url_list: ClassVar[bool] = True
 
     def __init__(self, config: RewardModelConfig, settings: HTTPSettings):
         super().__init__(config)

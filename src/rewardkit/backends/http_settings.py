@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import difflib
 import os
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from rewardkit.errors import ConfigError
+from rewardkit.options import Options, validate_options
 
 
-class HTTPSettings(BaseModel):
+class HTTPSettings(Options):
     """Client settings common to the HTTP backends (``reward_model.rollout``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    RENAMED: ClassVar[dict[str, str]] = {
+        "max_in_flight": "max_concurrency",
+        "min_in_flight": "min_concurrency",
+        "deadline_s": "batch_timeout_s",
+    }
 
     base_url: str | list[str] = Field(
         description="server root, e.g. http://127.0.0.1:8000, or a list of replicas' roots"
@@ -23,9 +26,11 @@ class HTTPSettings(BaseModel):
     api_key_env: str | None = Field(None, description="name of an environment variable holding the key")
     headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
     max_connections: int = Field(64, ge=1, description="requests counted in flight per replica, at most")
-    max_in_flight: int = Field(64, ge=1, description="requests in flight at once per replica")
-    min_in_flight: int | None = Field(
-        None, ge=1, description="floor of the adaptive in-flight limit (default: a quarter of max_in_flight)"
+    max_concurrency: int = Field(64, ge=1, description="requests in flight at once per replica")
+    min_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="floor of the adaptive in-flight limit (default: a quarter of max_concurrency)",
     )
     rpm: float | None = Field(None, gt=0, description="requests-per-minute budget")
     tpm: float | None = Field(None, gt=0, description="tokens-per-minute budget (estimated, then corrected)")
@@ -40,7 +45,7 @@ class HTTPSettings(BaseModel):
         True,
         description="when an attempt stalls past stall_after_s, race a second one (another replica if any)",
     )
-    deadline_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
+    batch_timeout_s: float | None = Field(None, gt=0, description="deadline for the whole batch")
     max_retries: int | None = Field(
         8, ge=0, description="retries per request after the first attempt (null: until the deadline)"
     )
@@ -92,17 +97,4 @@ class HTTPSettings(BaseModel):
 
 def parse_settings(cls: type[BaseModel], data: dict[str, Any], backend: str) -> Any:
     """Validate ``reward_model.rollout`` into ``cls``; raise :class:`ConfigError` with one line per problem."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        lines = [f"invalid reward_model.rollout for backend {backend!r}:"]
-        known = ", ".join(sorted(cls.model_fields))
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(str(err["loc"][-1]), list(cls.model_fields), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                lines.append(f"  rollout.{loc}: unknown key.{hint} Known keys: {known}.")
-            else:
-                lines.append(f"  rollout.{loc}: {err['msg']} (got {err.get('input')!r:.60})")
-        raise ConfigError("\n".join(lines)) from None
+    return validate_options(cls, data, "reward.reward_model.rollout", f"backend {backend!r}")

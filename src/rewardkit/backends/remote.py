@@ -47,7 +47,7 @@ class RemoteSettings(HTTPSettings):
     score_key: str = Field("rewards", description="key of the rewards list in the reply")
     query_template: str = Field("{prompt}{response}", description="how prompt and response form a query")
     send_prompts: bool = Field(True, description="also send 'prompts' and 'labels' (newer OpenRLHF servers)")
-    dedup: bool = True
+    dedup: bool = Field(True, description="send identical (prompt, response, label) samples once")
 
 
 def _label(value: Any) -> str:
@@ -66,6 +66,7 @@ class RemoteRM(HTTPBackend):
     """
 
     name = "remote"
+    Options = RemoteSettings
 
     def __init__(self, config: RewardModelConfig):
         self.settings: RemoteSettings = parse_settings(RemoteSettings, dict(config.rollout), "remote")
@@ -142,16 +143,16 @@ class RemoteRM(HTTPBackend):
             return []
         s = self.settings
         start = time.monotonic()
-        deadline = None if s.deadline_s is None else start + s.deadline_s
+        deadline = None if s.batch_timeout_s is None else start + s.batch_timeout_s
         items = [self._item(x) for x in samples]
         unique, slot = unique_slots(items, enabled=s.dedup)
         self.metrics_.add(dedup_saved=len(items) - len(unique))
         chunks = [unique[i : i + s.batch_size] for i in range(0, len(unique), s.batch_size)]
-        outcomes = await gather_with_deadline([self._post(c, deadline) for c in chunks], s.deadline_s)
+        outcomes = await gather_with_deadline([self._post(c, deadline) for c in chunks], s.batch_timeout_s)
         unique_results: list[SampleResult] = []
         for chunk, out in zip(chunks, outcomes, strict=True):
             if out is TIMED_OUT:
-                msg = f"batch deadline of {s.deadline_s}s passed before the reward server answered"
+                msg = f"batch deadline of {s.batch_timeout_s}s passed before the reward server answered"
                 unique_results += [SampleResult.failed("timeout", msg) for _ in chunk]
             elif isinstance(out, RequestFailed):
                 unique_results += [

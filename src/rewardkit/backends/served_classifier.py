@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from rewardkit.backends.base import RMBackend
 from rewardkit.backends.discriminative import pack_batches
-from rewardkit.backends.http import parse_settings
 from rewardkit.errors import ConfigError
+from rewardkit.options import Options, validate_options
 from rewardkit.result import SampleResult
 
 if TYPE_CHECKING:
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from rewardkit.config import RewardModelConfig
 
 
-class ServedClassifierSettings(BaseModel):
+class ServedClassifierSettings(Options):
     """``reward_model.rollout`` of the ``served-classifier`` backend."""
 
-    model_config = ConfigDict(extra="forbid")
+    RENAMED: ClassVar[dict[str, str]] = {"max_in_flight": "max_concurrency"}
 
     base_url: list[str] = Field(description="one server root or a list of replicas")
     api: Literal["classify", "pooling"] = Field("classify", description="POST /classify or /pooling")
@@ -50,13 +50,13 @@ class ServedClassifierSettings(BaseModel):
         "auto", description="auto: the local model_path's tokenizer when there is one, else none"
     )
     tokenizer_path: str | None = Field(None, description="default reward_model.model_path")
-    use_chat_template: bool = True
+    use_chat_template: bool = Field(True, description="render prompt and response with the chat template")
     max_length: int | None = Field(None, gt=1, description="longest input in tokens (left-truncated)")
     chars_per_token: float = Field(4.0, gt=0, description="length estimate without a tokenizer")
     token_budget: int = Field(16384, gt=0, description="max padded tokens per request")
     max_batch_size: int | None = Field(None, gt=0, description="max samples per request")
-    max_in_flight: int = Field(8, ge=1, description="requests in flight, all replicas together")
-    request_timeout_s: float = Field(60.0, gt=0)
+    max_concurrency: int = Field(8, ge=1, description="requests in flight, all replicas together")
+    request_timeout_s: float = Field(60.0, gt=0, description="timeout of one HTTP attempt")
     max_retries: int = Field(2, ge=0, description="retries of a request, each on another replica if any")
     down_s: float = Field(5.0, ge=0, description="how long a replica that failed stays out of rotation")
 
@@ -103,13 +103,17 @@ class ServedClassifierRM(RMBackend):
     """Scores with a served sequence classifier (see the module docstring)."""
 
     name: ClassVar[str] = "served-classifier"
+    Options: ClassVar[type[ServedClassifierSettings]] = ServedClassifierSettings
     #: This backend routes across several replicas itself.
     accepts_url_list: ClassVar[bool] = True
 
     def __init__(self, config: RewardModelConfig):
         super().__init__(config)
-        self.settings: ServedClassifierSettings = parse_settings(
-            ServedClassifierSettings, dict(config.rollout), "served-classifier"
+        self.settings: ServedClassifierSettings = validate_options(
+            ServedClassifierSettings,
+            dict(config.rollout),
+            "reward.reward_model.rollout",
+            "backend 'served-classifier'",
         )
         self.model = self.settings.model or config.model_path
         if not self.model:
@@ -222,7 +226,7 @@ class ServedClassifierRM(RMBackend):
                     "error", f"could not render or tokenize: {type(e).__name__}: {e}"
                 )
         batches = pack_batches([g[2] for g in good], self.settings.token_budget, self.settings.max_batch_size)
-        limit = asyncio.Semaphore(self.settings.max_in_flight)
+        limit = asyncio.Semaphore(self.settings.max_concurrency)
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardkit.errors import SampleError, UnknownNameError
 from rewardkit.executors.base import ScoreTask
+from rewardkit.options import Options as BaseOptions
+from rewardkit.options import validate_options
 from rewardkit.result import SampleResult
 from rewardkit.runtime.dedup import fan_out, unique_slots
 from rewardkit.scoring import SINGLE_FIELDS, ScorerSpec, load_function, signature_of
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from rewardkit.config import RewardConfig
     from rewardkit.executors.base import Executor
     from rewardkit.plugins import Registries
+
+
+#: Where a manager's options live in the config.
+MANAGER_KWARGS = "reward.reward_manager.kwargs"
 
 
 @dataclass
@@ -202,24 +208,37 @@ def combine(parts: Sequence[tuple[str, float, SampleResult]]) -> SampleResult:
     return out
 
 
+class NoOptions(BaseOptions):
+    """A manager that takes no options (``reward_manager.kwargs`` must be empty)."""
+
+
 class RewardManager(ABC):
     """Scores a batch of samples. Built with ``cls(context, **kwargs)``; kwargs from ``reward_manager.kwargs``.
 
     Subclasses implement :meth:`score_rules` (the rule-based part); :meth:`ascore` adds the reward
-    model's score as component ``"rm"`` when one is enabled.
+    model's score as component ``"rm"`` when one is enabled. The kwargs that reach this
+    constructor are validated against :attr:`Options` (an :class:`~rewardkit.options.Options`
+    model; errors name ``reward.reward_manager.kwargs.<key>``) and kept in ``self.options``. A
+    subclass with options of its own declares its ``Options`` model (and so they appear in the
+    config reference), or takes them as ``__init__`` parameters and passes the rest on.
     """
 
     name: ClassVar[str] = ""
+    #: The manager's options model (``reward_manager.kwargs``).
+    Options: ClassVar[type[BaseOptions]] = NoOptions
     #: Whether :meth:`score_rules` routes each sample with ``context.route``: then a sample no scorer
     #: applies to fails alone (reason ``unroutable``) before ``score_rules`` sees the batch.
     routes: bool = False
 
     def __init__(self, context: ManagerContext, **kwargs: Any):
-        if kwargs:
-            raise TypeError(
-                f"reward manager {self.name or type(self).__name__!r} takes no options, got {', '.join(sorted(kwargs))}"
-            )
         self.context = context
+        self.options: Any = self.parse_options(kwargs)
+
+    @classmethod
+    def parse_options(cls, kwargs: dict[str, Any] | None) -> Any:
+        """``reward_manager.kwargs`` validated against :attr:`Options` (a :class:`ConfigError` if not)."""
+        what = f"reward manager {cls.name or cls.__name__!r}"
+        return validate_options(cls.Options, kwargs, MANAGER_KWARGS, what)
 
     @abstractmethod
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:

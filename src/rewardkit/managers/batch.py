@@ -6,15 +6,27 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import Field, StrictBool, StrictStr
+
 from rewardkit.batch import Sample
 from rewardkit.errors import ConfigError
 from rewardkit.managers.base import ManagerContext, RewardManager, freeze
+from rewardkit.options import Options
 from rewardkit.result import SampleResult
 from rewardkit.runtime.dedup import fan_out, unique_slots
 from rewardkit.scoring import BATCH_FIELDS, ScorerSpec, signature_of
 
-#: Options of the batch manager (``reward_manager.kwargs``).
-KWARGS = ("scorer", "scorer_kwargs", "dedup")
+
+class BatchOptions(Options):
+    """``reward_manager.kwargs`` of the ``batch`` manager."""
+
+    scorer: StrictStr | None = Field(
+        None, description="a registered batch scorer; default: reward.custom_reward_function"
+    )
+    scorer_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of scorer")
+    dedup: StrictBool = Field(
+        False, description="send identical samples once (off: a batch scorer may compare samples)"
+    )
 
 
 class BatchRewardManager(RewardManager):
@@ -32,29 +44,18 @@ class BatchRewardManager(RewardManager):
     """
 
     name = "batch"
+    Options = BatchOptions
 
     def __init__(self, context: ManagerContext, **kwargs: Any):
-        unknown = sorted(set(kwargs) - set(KWARGS))
-        if unknown:
-            raise ConfigError(
-                f"reward_manager 'batch': unknown option(s) {', '.join(unknown)}; known: {', '.join(KWARGS)}"
-            )
-        super().__init__(context)
-        name = kwargs.get("scorer")
-        scorer_kwargs = kwargs.get("scorer_kwargs") or {}
-        if not isinstance(scorer_kwargs, dict):
-            raise ConfigError("reward_manager 'batch': scorer_kwargs must be a mapping")
-        self.dedup = kwargs.get("dedup", False)
-        if not isinstance(self.dedup, bool):
-            raise ConfigError(f"reward_manager 'batch': dedup must be true or false, got {self.dedup!r}")
+        super().__init__(context, **kwargs)
+        opts: BatchOptions = self.options
+        name, scorer_kwargs, self.dedup = opts.scorer, opts.scorer_kwargs, opts.dedup
         if name is not None and context.custom_scorer is not None:
             raise ConfigError(
                 "reward_manager 'batch': give either reward.custom_reward_function or "
                 f"reward_manager.kwargs.scorer ({name!r}), not both"
             )
         if name is not None:
-            if not isinstance(name, str):
-                raise ConfigError(f"reward_manager 'batch': scorer must be a scorer name, got {name!r}")
             spec = context.scorer(name, scorer_kwargs)
             where = f"scorer {name!r}"
         elif context.custom_scorer is not None:

@@ -36,7 +36,7 @@ class CompositeRewardManager(RewardManager):
                 f"reward_manager 'composite' takes no options (got {', '.join(sorted(kwargs))}); "
                 "list its components in reward.scorers"
             )
-        super().__init__(context)
+        super().__init__(context, **kwargs)
         self.parts: list[tuple[str, float, ScorerSpec]] = []
         seen: dict[str, str] = {}
         for entry in context.config.scorers:

@@ -4,19 +4,74 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 from rewardkit.batch import Sample
 from rewardkit.errors import ConfigError, SampleError
 from rewardkit.managers.base import ManagerContext
 from rewardkit.managers.naive import NaiveRewardManager
+from rewardkit.options import Options
 from rewardkit.result import SampleResult
 
-#: Options of the DAPO manager (``reward_manager.kwargs``), as verl names them.
-KWARGS = ("overlong_buffer_cfg", "max_resp_len", "tokenizer")
-#: Keys of ``overlong_buffer_cfg``.
-BUFFER_KEYS = ("enable", "len", "penalty_factor", "log")
+
+class OverlongBufferOptions(Options):
+    """``overlong_buffer_cfg``: DAPO's soft overlong punishment, as verl names it."""
+
+    enable: StrictBool = Field(False, description="add the overlong penalty to successful scores")
+    len: StrictInt = Field(
+        0, description="buffer length in tokens before max_resp_len where the penalty ramps"
+    )
+    penalty_factor: float = Field(
+        1.0, ge=0, description="penalty at max_resp_len (it falls linearly to -factor)"
+    )
+    log: StrictBool = Field(False, description="report overlong_reward and overlong in each sample's extra")
+
+    @field_validator("penalty_factor", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError(f"penalty_factor must be a number >= 0, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _positive_len(self) -> OverlongBufferOptions:
+        if self.enable and self.len <= 0:
+            raise ValueError(f"len must be > 0 when enable is true, got {self.len}")
+        return self
+
+
+class DAPOOptions(Options):
+    """``reward_manager.kwargs`` of the ``dapo`` manager, as verl names them."""
+
+    overlong_buffer_cfg: OverlongBufferOptions = Field(
+        default_factory=OverlongBufferOptions,
+        description="the overlong penalty (enable, len, penalty_factor, log)",
+    )
+    max_resp_len: StrictInt | None = Field(
+        None, description="the rollout's maximum response length in tokens; required when the penalty is on"
+    )
+    tokenizer: StrictStr | None = Field(
+        None, description="tokenizer path, to count tokens of samples that carry no response_length"
+    )
+
+    @model_validator(mode="after")
+    def _lengths(self) -> DAPOOptions:
+        buf = self.overlong_buffer_cfg
+        if not buf.enable:
+            return self
+        if self.max_resp_len is None:
+            raise ValueError(
+                "overlong_buffer_cfg.enable is true but max_resp_len is not set "
+                "(the rollout's maximum response length in tokens)"
+            )
+        if self.max_resp_len < buf.len:
+            raise ValueError(
+                f"max_resp_len ({self.max_resp_len}) must be >= overlong_buffer_cfg.len ({buf.len})"
+            )
+        return self
 
 
 def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
@@ -24,18 +79,6 @@ def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_fa
     linearly to ``-penalty_factor`` at ``max_resp_len`` (and further below beyond it)."""
     expected = max_resp_len - buffer_len
     return min(-(length - expected) / buffer_len * penalty_factor, 0.0)
-
-
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"reward_manager 'dapo': {what} must be an integer, got {value!r}")
-    return value
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"reward_manager 'dapo': {what} must be true or false, got {value!r}")
-    return value
 
 
 class DAPORewardManager(NaiveRewardManager):
@@ -54,57 +97,19 @@ class DAPORewardManager(NaiveRewardManager):
     """
 
     name = "dapo"
+    Options = DAPOOptions
 
     def __init__(self, context: ManagerContext, **kwargs: Any):
-        unknown = sorted(set(kwargs) - set(KWARGS))
-        if unknown:
-            raise ConfigError(
-                f"reward_manager 'dapo': unknown option(s) {', '.join(unknown)}; known: {', '.join(KWARGS)}"
-            )
-        super().__init__(context)
-        cfg = kwargs.get("overlong_buffer_cfg") or {}
-        if not isinstance(cfg, Mapping):
-            raise ConfigError(f"reward_manager 'dapo': overlong_buffer_cfg must be a mapping, got {cfg!r}")
-        bad = sorted(set(cfg) - set(BUFFER_KEYS))
-        if bad:
-            raise ConfigError(
-                f"reward_manager 'dapo': unknown overlong_buffer_cfg key(s) {', '.join(bad)}; "
-                f"known: {', '.join(BUFFER_KEYS)}"
-            )
-        self.enable = _bool(cfg.get("enable", False), "overlong_buffer_cfg.enable")
-        self.log = _bool(cfg.get("log", False), "overlong_buffer_cfg.log")
-        self.tokenizer_path = kwargs.get("tokenizer")
-        if self.tokenizer_path is not None and not isinstance(self.tokenizer_path, str):
-            raise ConfigError(f"reward_manager 'dapo': tokenizer must be a path, got {self.tokenizer_path!r}")
+        super().__init__(context, **kwargs)
+        opts: DAPOOptions = self.options
+        buf = opts.overlong_buffer_cfg
+        self.enable, self.log = buf.enable, buf.log
+        self.tokenizer_path = opts.tokenizer
         self._tokenizer: Any = None  # a transformers tokenizer, loaded on first use
         self._tokenizer_lock = threading.Lock()
-        self.buffer_len = 0
-        self.penalty_factor = 1.0
-        self.max_resp_len = None
-        if not self.enable:
-            return
-        self.buffer_len = _int(cfg.get("len", 0), "overlong_buffer_cfg.len")
-        factor = cfg.get("penalty_factor", 1.0)
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 0:
-            raise ConfigError(
-                f"reward_manager 'dapo': overlong_buffer_cfg.penalty_factor must be a number >= 0, got {factor!r}"
-            )
-        self.penalty_factor = float(factor)
-        if kwargs.get("max_resp_len") is None:
-            raise ConfigError(
-                "reward_manager 'dapo': overlong_buffer_cfg.enable is true but max_resp_len is not set "
-                "(the rollout's maximum response length in tokens)"
-            )
-        self.max_resp_len = _int(kwargs["max_resp_len"], "max_resp_len")
-        if self.buffer_len <= 0:
-            raise ConfigError(
-                f"reward_manager 'dapo': overlong_buffer_cfg.len must be > 0, got {self.buffer_len}"
-            )
-        if self.max_resp_len < self.buffer_len:
-            raise ConfigError(
-                f"reward_manager 'dapo': max_resp_len ({self.max_resp_len}) must be >= "
-                f"overlong_buffer_cfg.len ({self.buffer_len})"
-            )
+        self.buffer_len = buf.len if buf.enable else 0
+        self.penalty_factor = float(buf.penalty_factor) if buf.enable else 1.0
+        self.max_resp_len = opts.max_resp_len if buf.enable else None
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         if not self.enable:

@@ -143,7 +143,7 @@ class RewardLoopManager:
       ``rollout.ray.layout: colocated``): the replicas sleep between batches and are woken before
       each. Standalone: loaded and awake on their own GPUs.
     * Judge / remote-RM requests from every worker share one budget (``judge_concurrency``,
-      ``judge_rate_per_s``; defaults from ``reward_model.rollout.max_in_flight`` / ``rpm``),
+      ``judge_rate_per_s``; defaults from ``reward_model.rollout.max_concurrency`` / ``rpm``),
       enforced by a named :class:`~rewardkit.ray.limiter.JudgeLimiter` actor.
     """
 
@@ -208,7 +208,7 @@ class RewardLoopManager:
                     startup_timeout_s=startup_timeout_s,
                 )
             ro = self.config.reward_model.rollout
-            limit = judge_concurrency or ro.get("max_in_flight")
+            limit = judge_concurrency or ro.get("max_concurrency") or ro.get("max_in_flight")
             rate = judge_rate_per_s or (ro["rpm"] / 60.0 if ro.get("rpm") else None)
             in_worker_rm = self.config.reward_model.enable and placement is None
             if limit or rate or in_worker_rm:

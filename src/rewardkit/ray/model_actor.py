@@ -9,9 +9,13 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
 
 from rewardkit.backends.base import RMBackend
+from rewardkit.errors import ConfigError
+from rewardkit.options import Options, validate_options
 from rewardkit.ray.sharding import split_contiguous
 from rewardkit.result import SampleResult
 
@@ -20,8 +24,23 @@ if TYPE_CHECKING:
     from rewardkit.config import RewardConfig, RewardModelConfig
 
 
+class PlacementOptions(Options):
+    """``reward_model.rollout.ray`` (or the same keys directly in ``rollout``): the reward model as Ray actors."""
+
+    replicas: int | None = Field(
+        None, ge=1, description="actors; default n_gpus_per_node x nnodes / num_gpus"
+    )
+    num_gpus: float | None = Field(
+        None, ge=0, description="GPUs per replica; default 1 when the section has GPUs"
+    )
+    num_cpus: float = Field(0.0, ge=0, description="CPUs per replica")
+    layout: Literal["standalone", "colocated"] = Field(
+        "standalone", description="colocated: replicas sleep between batches on the trainer's GPUs"
+    )
+
+
 #: Placement settings of a model run as actors, read from ``reward_model.rollout.ray`` or ``rollout``.
-PLACEMENT_KEYS = ("replicas", "num_gpus", "num_cpus", "layout")
+PLACEMENT_KEYS = tuple(PlacementOptions.model_fields)
 
 
 class ModelActor:
@@ -257,35 +276,23 @@ class ModelPlacement:
             return None
         nested = rm.rollout.get("ray") or {}
         if not isinstance(nested, dict):
-            from rewardkit.errors import ConfigError
-
             raise ConfigError(f"reward_model.rollout.ray must be a mapping, got {type(nested).__name__}")
-        ro = {**{k: v for k, v in rm.rollout.items() if k in PLACEMENT_KEYS}, **nested}
-        unknown = sorted(set(ro) - set(PLACEMENT_KEYS))
-        if unknown or ro.get("layout", "standalone") not in ("standalone", "colocated"):
-            from rewardkit.errors import ConfigError
-
-            raise ConfigError(
-                f"reward_model.rollout.ray: unknown key(s) {unknown} or bad layout {ro.get('layout')!r}; "
-                "known keys: replicas, num_gpus, num_cpus, layout (standalone | colocated)"
-            )
+        flat = {k: v for k, v in rm.rollout.items() if k in PLACEMENT_KEYS}
+        ro = validate_options(PlacementOptions, {**flat, **nested}, "reward.reward_model.rollout.ray")
         total = rm.n_gpus_per_node * max(rm.nnodes, 1)
-        gpus = num_gpus if num_gpus is not None else ro.get("num_gpus")
-        n = replicas if replicas is not None else ro.get("replicas")
+        gpus = num_gpus if num_gpus is not None else ro.num_gpus
+        n = replicas if replicas is not None else ro.replicas
         if gpus is None and n is None and total == 0:
             return None
         if gpus is None:
             gpus = 1.0 if total else 0.0
         if n is None:
             n = max(1, int(total // gpus)) if gpus and total else 1
-        layout = ro.get("layout")
         if colocated is None:
-            colocated = layout == "colocated"
+            colocated = ro.layout == "colocated"
         if n < 1 or gpus < 0:
-            from rewardkit.errors import ConfigError
-
             raise ConfigError(f"reward_model: need replicas >= 1 and num_gpus >= 0, got {n} and {gpus}")
-        return cls(int(n), float(gpus), float(ro.get("num_cpus", 0)), bool(colocated))
+        return cls(int(n), float(gpus), float(ro.num_cpus), bool(colocated))
 
 
 class ModelPool:

@@ -244,7 +244,9 @@ async def _run(
             url=sandbox_fusion["url"],
             timeout_s=limits.timeout_s,
             memory_limit_mb=int(sandbox_fusion.get("memory_limit_mb") or limits.memory_mb),
-            max_concurrent=int(sandbox_fusion.get("max_concurrent") or 64),
+            max_concurrent=int(
+                sandbox_fusion.get("max_concurrency") or sandbox_fusion.get("max_concurrent") or 64
+            ),
         )
     return await run_python(test.program, test.stdin, limits, isolation=sandbox)
 
@@ -265,7 +267,7 @@ async def compute_score(
     ``timeout_s`` is the wall deadline of each test; once the tests have run for ``total_timeout_s``
     in all (time spent waiting for a free sandbox does not count), the rest count as failed. ``memory_mb`` caps each test's address space. ``max_tests`` keeps
     only the first tests; ``stop_on_first_failure`` skips the rest after a failure (they count as
-    failed). ``sandbox_fusion`` (``{"url", "max_concurrent", "memory_limit_mb"}``) runs the tests on a
+    failed). ``sandbox_fusion`` (``{"url", "max_concurrency", "memory_limit_mb"}``) runs the tests on a
     SandboxFusion server instead of locally. ``sandbox`` (``{"mode", "allow_unconfined", "disk_mb"}``,
     the ``reward.sandbox`` config) sets the local isolation; when it cannot be had here the sample is
     ``failed`` with reason ``sandbox_unavailable``, never run with less.

@@ -1,7 +1,7 @@
 """A client for a remote `SandboxFusion <https://github.com/bytedance/SandboxFusion>`_ server's ``/run_code`` API.
 
-Configured by ``reward.sandbox_fusion`` (``url``, ``max_concurrent``, ``memory_limit_mb``), which
-rewardkit passes to scorers that take a ``sandbox_fusion`` argument. At most ``max_concurrent``
+Configured by ``reward.sandbox_fusion`` (``url``, ``max_concurrency``, ``memory_limit_mb``), which
+rewardkit passes to scorers that take a ``sandbox_fusion`` argument. At most ``max_concurrency``
 requests per server are in flight per process. A server-side failure (HTTP error, ``SandboxError``)
 raises, so the sample fails instead of silently scoring 0.
 """

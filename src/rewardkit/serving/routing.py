@@ -1,14 +1,13 @@
 """Pointing an RM backend at launched replicas: ``rollout.base_url`` becomes their URL list.
 
-A backend that routes across replicas itself declares ``accepts_url_list = True`` (the
-``served-classifier`` backend does); the shared HTTP settings get the list as soon as
-:class:`~rewardkit.backends.http.HTTPSettings` accepts one (least-loaded routing lives there).
-Until then an HTTP backend gets the first replica's URL and a warning says the others idle.
+A backend that routes across replicas declares ``accepts_url_list = True``: every HTTP backend
+does (:class:`~rewardkit.backends.http.HTTPCore` routes least-loaded, sticky by prompt prefix), and
+so does ``served-classifier``. Any other backend gets the first replica's URL, and a warning says
+the others idle.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any
 
@@ -16,26 +15,9 @@ from rewardkit.config import RewardModelConfig
 from rewardkit.errors import ConfigError
 
 
-@functools.lru_cache(maxsize=1)
-def http_settings_accept_url_list() -> bool:
-    """Whether the shared HTTP client settings take ``base_url`` as a list of replicas."""
-    from pydantic import ValidationError
-
-    from rewardkit.backends.http import HTTPSettings
-
-    try:
-        HTTPSettings.model_validate({"base_url": ["http://127.0.0.1:1", "http://127.0.0.1:2"]})
-    except (ValidationError, TypeError, ValueError):
-        return False
-    return True
-
-
 def accepts_url_list(backend_cls: Any) -> bool:
     """Whether ``backend_cls`` can be given every replica's URL."""
-    flag = getattr(backend_cls, "accepts_url_list", None)
-    if flag is not None:
-        return bool(flag)
-    return http_settings_accept_url_list()
+    return bool(getattr(backend_cls, "accepts_url_list", False))
 
 
 def check_backend(rm: RewardModelConfig, backend_cls: Any = None) -> None:

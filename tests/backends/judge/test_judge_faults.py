@@ -92,7 +92,7 @@ async def test_ten_percent_one_off_faults_cost_nothing_but_time(judge, servers):
 
 async def test_thirty_percent_faults_never_open_the_circuit_while_the_server_answers(judge, servers):
     srv = servers(rate=0.3)
-    rm = judge(srv.base_url, max_in_flight=32)
+    rm = judge(srv.base_url, max_concurrency=32)
     res = await rm.ascore(batch(300))
     assert right(res, 300) >= 297 and wrong(res, 300) == 0
     assert not [r for r in res if r.reason == "circuit_open"]
@@ -119,7 +119,7 @@ async def test_an_unparseable_or_cut_off_judgement_is_asked_again(judge, servers
 
 async def test_restart_mid_batch_scores_everything_and_nothing_waits_a_cooldown(judge, servers):
     srv = servers(capacity=4, service_time=0.01)
-    rm = judge(srv.base_url, max_in_flight=8, deadline_s=30)
+    rm = judge(srv.base_url, max_concurrency=8, batch_timeout_s=30)
     srv.restart(after_s=0.1, down_s=0.5, warmup_s=1.0)
     res = await rm.ascore(batch(300))
     assert srv.restarts == 1
@@ -149,7 +149,7 @@ async def test_next_batch_inside_the_cooldown_still_sends_requests(judge, server
 
 async def test_stalled_requests_do_not_hold_the_in_flight_slots(judge, servers):
     srv = servers(rate=0.15, kinds={"stall": 1.0}, capacity=8)
-    rm = judge(srv.base_url, max_in_flight=8, request_timeout_s=2.0, stall_after_s=0.1, hedge=False)
+    rm = judge(srv.base_url, max_concurrency=8, request_timeout_s=2.0, stall_after_s=0.1, hedge=False)
     res = await rm.ascore(batch(200))
     assert right(res, 200) == 200
     first_stall = next(t for t, s in srv.log if s == -1)
@@ -164,7 +164,7 @@ async def test_stalled_requests_do_not_hold_the_in_flight_slots(judge, servers):
 
 async def test_a_stalled_attempt_is_raced_by_a_hedge_instead_of_waiting_out_its_timeout(judge, servers):
     srv = servers(rate=0.15, kinds={"stall": 1.0}, capacity=8)
-    rm = judge(srv.base_url, max_in_flight=8, request_timeout_s=2.0, stall_after_s=0.1)
+    rm = judge(srv.base_url, max_concurrency=8, request_timeout_s=2.0, stall_after_s=0.1)
     res = await rm.ascore(batch(200))
     assert right(res, 200) == 200
     m = rm.metrics()
@@ -203,7 +203,7 @@ def test_the_limit_has_a_floor_and_recovers_after_a_429_burst():
 
 async def test_a_429_burst_cuts_the_limit_and_it_grows_back(judge, servers):
     srv = servers(rate=0.05, kinds={"429": 1.0}, capacity=16)
-    rm = judge(srv.base_url, max_in_flight=16)
+    rm = judge(srv.base_url, max_concurrency=16)
     res = await rm.ascore(batch(300))
     assert right(res, 300) == 300
     m = rm.metrics()
@@ -217,7 +217,7 @@ async def test_a_429_burst_cuts_the_limit_and_it_grows_back(judge, servers):
 
 async def test_a_dead_replica_is_taken_out_and_retries_go_to_the_other(judge, servers):
     a, b = servers(capacity=8), servers(capacity=8)
-    rm = judge([a.base_url, b.base_url], max_in_flight=8)
+    rm = judge([a.base_url, b.base_url], max_concurrency=8)
     warm = await rm.ascore(batch(40, "w"))
     assert {r.extra["replica"] for r in warm} == {a.base_url, b.base_url}  # both used
     threading_stop = asyncio.get_running_loop().run_in_executor(None, a.stop)
@@ -231,7 +231,7 @@ async def test_a_dead_replica_is_taken_out_and_retries_go_to_the_other(judge, se
 
 async def test_a_replica_that_comes_back_is_probed_back_in(judge, servers):
     a, b = servers(capacity=8), servers(capacity=8)
-    rm = judge([a.base_url, b.base_url], max_in_flight=8)
+    rm = judge([a.base_url, b.base_url], max_concurrency=8)
     a.restart(after_s=0.0, down_s=0.6)
     await asyncio.sleep(0.1)
     res = await rm.ascore(batch(100, "down"))  # a is down: b scores everything
@@ -247,7 +247,7 @@ async def test_a_replica_that_comes_back_is_probed_back_in(judge, servers):
 
 async def test_routing_is_sticky_by_prompt_prefix(judge, servers):
     a, b = servers(), servers()
-    rm = judge([a.base_url, b.base_url], max_in_flight=64)
+    rm = judge([a.base_url, b.base_url], max_concurrency=64)
     first = await rm.ascore(batch(60))
     again = await rm.ascore(batch(60))
     same = sum(x.extra["replica"] == y.extra["replica"] for x, y in zip(first, again, strict=True))

@@ -103,7 +103,7 @@ async def test_retry_after_is_respected(server, make_judge):
     gap_after, gap_plain = times["ra"][1] - times["ra"][0], times["rb"][1] - times["rb"][0]
     assert gap_after >= 0.45  # waited the server's Retry-After ...
     assert gap_plain < 0.25  # ... where its own backoff alone would have been short
-    capped = make_judge(backoff_base_s=0.001, retry_after_cap_s=0.05, deadline_s=10)
+    capped = make_judge(backoff_base_s=0.001, retry_after_cap_s=0.05, batch_timeout_s=10)
     start = time.monotonic()
     assert (await capped.ascore(samples_of("c @@tag=rc;fail=429x1;retry_after=30@@")))[0].status == "ok"
     assert time.monotonic() - start < 10 / 4
@@ -112,7 +112,7 @@ async def test_retry_after_is_respected(server, make_judge):
 
 
 async def test_retry_after_past_the_deadline_times_out(server, make_judge):
-    rm = make_judge(deadline_s=0.5)
+    rm = make_judge(batch_timeout_s=0.5)
     start = time.monotonic()
     res = await rm.ascore(samples_of("a @@tag=rd;fail=429x1;retry_after=20@@"))
     assert res[0].reason == "timeout" and "HTTP 429" in res[0].error
@@ -121,7 +121,7 @@ async def test_retry_after_past_the_deadline_times_out(server, make_judge):
 
 
 async def test_batch_deadline_fails_only_the_slow_samples(server, make_judge):
-    rm = make_judge(deadline_s=1.0, request_timeout_s=10)
+    rm = make_judge(batch_timeout_s=1.0, request_timeout_s=10)
     start = time.monotonic()
     res = await rm.ascore(samples_of("fast1", "slow @@delay=3@@", "fast2", "slow2 @@hang=5;tag=dl@@"))
     elapsed = time.monotonic() - start
@@ -134,7 +134,7 @@ async def test_batch_deadline_fails_only_the_slow_samples(server, make_judge):
 
 
 async def test_nothing_is_lost_in_a_chaotic_batch(server, make_judge):
-    rm = make_judge(request_timeout_s=0.25, max_retries=2, breaker_threshold=1000, max_in_flight=8)
+    rm = make_judge(request_timeout_s=0.25, max_retries=2, breaker_threshold=1000, max_concurrency=8)
     script = {
         "ok": ("{i}", "ok", None),
         "flaky": ("{i} @@tag=c{i};fail=500x1@@", "ok", None),
@@ -274,7 +274,7 @@ async def test_empty_batch_unicode_and_empty_response(server, make_judge):
 
 
 async def test_in_flight_cap_and_rpm_budget(server, make_judge):
-    rm = make_judge(max_in_flight=3)
+    rm = make_judge(max_concurrency=3)
     res = await rm.ascore(samples_of(*[f"s{i} @@delay=0.05@@" for i in range(15)]))
     assert all(r.status == "ok" for r in res)
     assert 2 <= server.max_concurrent <= 3
@@ -295,8 +295,8 @@ async def test_circuit_breaker_fails_fast_against_a_dead_port(dead_url, make_jud
         breaker_threshold=3,
         breaker_cooldown_s=0.5,
         max_retries=5,
-        max_in_flight=4,
-        deadline_s=20,
+        max_concurrency=4,
+        batch_timeout_s=20,
     )
     start = time.monotonic()
     res = await rm.ascore(samples_of(*[f"s{i}" for i in range(40)]))
@@ -354,13 +354,13 @@ async def test_adaptive_concurrency_keeps_up_with_an_overloaded_server(make_judg
     busy = ScriptedServer(service_time=0.02, capacity=4, overflow="429").start()
     try:
         batch = samples_of(*[f"s{i}" for i in range(80)])
-        adaptive = make_judge(base_url=busy.base_url, max_in_flight=16, max_retries=8)
+        adaptive = make_judge(base_url=busy.base_url, max_concurrency=16, max_retries=8)
         res = await adaptive.ascore(batch)
         assert all(r.status == "ok" for r in res)
         m = adaptive.metrics()
         assert m["in_flight_limit/min"] <= 8
         fixed = make_judge(
-            base_url=busy.base_url, max_in_flight=16, max_retries=8, adaptive_concurrency=False
+            base_url=busy.base_url, max_concurrency=16, max_retries=8, adaptive_concurrency=False
         )
         await fixed.ascore(samples_of(*[f"t{i}" for i in range(80)]))
         m_fixed = fixed.metrics()

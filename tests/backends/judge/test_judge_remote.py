@@ -85,7 +85,7 @@ async def test_retries_breaker_and_dedup_on_the_shared_core(server, make_remote,
     await rm.aclose()
 
     dead = make_remote(
-        base_url=dead_url, batch_size=1, breaker_threshold=2, breaker_cooldown_s=0.3, max_in_flight=1
+        base_url=dead_url, batch_size=1, breaker_threshold=2, breaker_cooldown_s=0.3, max_concurrency=1
     )
     start = time.monotonic()
     res = await dead.ascore(batch(20))
@@ -97,7 +97,7 @@ async def test_retries_breaker_and_dedup_on_the_shared_core(server, make_remote,
 
 
 async def test_deadline_and_garbage(server, make_remote):
-    rm = make_remote(batch_size=1, deadline_s=1.0, request_timeout_s=5)
+    rm = make_remote(batch_size=1, batch_timeout_s=1.0, request_timeout_s=5)
     res = await rm.ascore(
         to_samples(
             [

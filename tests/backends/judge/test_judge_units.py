@@ -264,8 +264,8 @@ def test_settings_errors_are_clear(monkeypatch):
         _judge(base_url="http://127.0.0.1:1")
     with pytest.raises(ConfigError, match="context_length"):
         _judge(base_url="http://127.0.0.1:1", model="m", context_length=100, max_tokens=200)
-    with pytest.raises(ConfigError, match="max_in_flight"):
-        _judge(base_url="http://127.0.0.1:1", model="m", max_in_flight=0)
+    with pytest.raises(ConfigError, match="max_concurrency"):
+        _judge(base_url="http://127.0.0.1:1", model="m", max_concurrency=0)
     monkeypatch.delenv("RK_TEST_KEY", raising=False)
     with pytest.raises(ConfigError, match="RK_TEST_KEY"):
         _judge(base_url="http://127.0.0.1:1", model="m", api_key_env="RK_TEST_KEY")
