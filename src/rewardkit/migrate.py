@@ -29,29 +29,10 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rewardkit import migrate_rules as R
 from rewardkit.config import LEGACY_SECTIONS, looks_legacy, read_yaml
 from rewardkit.errors import ConfigError
-from rewardkit.migrate_rules import (  # the rule table
-    _BUILTIN_MANAGERS,
-    _DICT_MOVES,
-    _DISCRIMINATIVE_MOVES,
-    _DROPS,
-    _GENERATION_REASON,
-    _GENERATIVE_ROLLOUT,
-    _INERT_DROPS,
-    _MANAGER_KEYS,
-    _MANAGER_RENAMES,
-    _MOVES,
-    _RENAMED,
-    _SECTION_MOVES,
-    _SERVER_ENGINE_ARGS,
-    _SERVER_KEYS,
-    _SERVER_REASON,
-    _SERVER_TOPOLOGY,
-    _VERL_NEW_DEFAULTS,
-    _VERL_ROLLOUT_DEFAULTS,
-    KeyPath,
-)
+from rewardkit.migrate_rules import DICT, DROP, MOVE, RM_KWARG, RULES, SECTION, KeyPath
 
 __all__ = [
     "LEGACY_SECTIONS",
@@ -62,6 +43,10 @@ __all__ = [
     "migrate_legacy",
     "overrides_to_config",
 ]
+
+# Read under these names by tests/test_migrate.py and tests/core/test_legacy_detection.py.
+_MOVES, _DICT_MOVES, _DISCRIMINATIVE_MOVES = R.MOVES, R.DICT_MOVES, R.DISCRIMINATIVE_MOVES
+_MANAGER_KEYS, _LEGACY_RM_KEYS, _VERL_ONLY_ROLLOUT = R.MANAGER_KEYS, R.LEGACY_RM_KEYS, R.VERL_ONLY_ROLLOUT
 
 
 class LegacyConfigWarning(UserWarning):
@@ -225,7 +210,7 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
     if "reward" in data or not set(data) <= _reward_fields():
         return False
     rollout = _get(data, ("reward_model", "rollout"))
-    if isinstance(rollout, dict) and any(k in _VERL_ONLY_ROLLOUT for k in rollout):
+    if isinstance(rollout, dict) and any(k in R.VERL_ONLY_ROLLOUT for k in rollout):
         return False
     from pydantic import ValidationError
 
@@ -238,22 +223,6 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
     except ValidationError:
         return False
     return True
-
-
-_KNOWN: tuple[KeyPath, ...] = (*_MOVES, *_DISCRIMINATIVE_MOVES, *_DICT_MOVES, *_SECTION_MOVES, *_DROPS)
-# Keys directly under verl's legacy ``reward_model`` section.
-_LEGACY_RM_KEYS = {p[1] for p in _KNOWN if p[0] == "reward_model"} | set(_MANAGER_KEYS)
-# verl rollout keys that rewardkit never reads (temperature, top_p and seed are also the judge's).
-_VERL_ONLY_ROLLOUT = set(_VERL_ROLLOUT_DEFAULTS) - set(_GENERATIVE_ROLLOUT.values())
-
-# verl's defaults for an FSDP reward-model worker: a subtree holding only these sets nothing.
-_FSDP_DEFAULTS = {
-    "wrap_policy": {"min_num_params": 0},
-    "param_offload": False,
-    "reshard_after_forward": True,
-    "fsdp_size": -1,
-    "forward_prefetch": False,
-}
 
 
 def _all_off(value: Any) -> bool:
@@ -269,10 +238,9 @@ def _all_off(value: Any) -> bool:
 
 def _is_section(path: KeyPath) -> bool:
     """Whether legacy keys live *below* ``path`` (so its value must be a mapping)."""
-    return (
-        path in _DICT_MOVES
-        or path in _SECTION_MOVES
-        or any(len(p) > len(path) and p[: len(path)] == path and p not in _DROPS for p in _KNOWN)
+    n = len(path)
+    return RULES.get(path, ("",))[0] in (DICT, SECTION) or any(
+        len(p) > n and p[:n] == path and kind != DROP for p, (kind, _) in RULES.items()
     )
 
 
@@ -280,12 +248,12 @@ def _inert(path: KeyPath, value: Any) -> bool:
     """Whether a dropped legacy value sets nothing (empty, off, or verl's own default)."""
     if value is False or value == {} or value == []:
         return True
-    if any(value == v and type(value) is type(v) for v in _INERT_DROPS.get(path, ())):
+    if any(value == v and type(value) is type(v) for v in R.INERT_DROPS.get(path, ())):
         return True
     if path == ("reward_model", "profiler") and isinstance(value, dict):
         return not value.get("enable")
     if path == ("reward_model", "model", "fsdp_config") and isinstance(value, dict):
-        return all(v is None or _FSDP_DEFAULTS.get(k) == v for k, v in value.items())
+        return all(v is None or R.FSDP_DEFAULTS.get(k) == v for k, v in value.items())
     return False
 
 
@@ -296,7 +264,7 @@ class _Migrator:
         self.messages: list[str] = []
         self.provenance: dict[KeyPath, str] = {}  # target path → legacy key that set it
         self.inert: list[str] = []
-        self.deferred: list[tuple[KeyPath, Any]] = []  # _DISCRIMINATIVE_MOVES, decided once the backend is
+        self.deferred: list[tuple[KeyPath, Any]] = []  # R.DISCRIMINATIVE_MOVES, decided once the backend is
         self.rollout: list[tuple[str, str, Any]] = []  # (source key, rollout key, value) of verl's rollout
 
     # -- writing -----------------------------------------------------------------------------------
@@ -341,7 +309,7 @@ class _Migrator:
                 f"reward.{_dotted(target)}"
             )
             return
-        if target in _VERL_NEW_DEFAULTS and existing == _VERL_NEW_DEFAULTS[target]:
+        if target in R.VERL_NEW_DEFAULTS and existing == R.VERL_NEW_DEFAULTS[target]:
             node[key] = value
             self.provenance[target] = old
             self.note(
@@ -393,51 +361,45 @@ class _Migrator:
         return value
 
     def walk(self, path: KeyPath, value: Any) -> None:
-        """Route one legacy key (and its subtree) to its handler."""
-        if path[-1] == "_target_":
-            return  # Hydra's class pointer, meaningless outside verl
-        if len(path) == 2 and path[0] == "reward_model" and path[1] in _MANAGER_KEYS:
-            return  # handled by manager()
-        if path in _MOVES or path in _DISCRIMINATIVE_MOVES:
+        """Apply the rule table to one legacy key (and its subtree)."""
+        if path[-1] == "_target_" or (path[0] == "reward_model" and path[1:] and path[1] in R.MANAGER_KEYS):
+            return  # Hydra's class pointer, meaningless outside verl; or manager()'s
+        kind, arg = RULES.get(path, ("", None))
+        if kind in (MOVE, RM_KWARG):
             if isinstance(value, dict | list):
                 raise ConfigError(
                     f"legacy key {_dotted(path)!r} must be a single value, got {type(value).__name__}: {_short(value)}"
                 )
-            if path in _MOVES:
-                self.carry(path, _MOVES[path], value)
+            if kind == MOVE:
+                self.carry(path, arg, value)
             elif value is not None:
                 self.deferred.append((path, value))
-            return
-        if value is not None and not isinstance(value, dict) and _is_section(path):
+        elif value is not None and not isinstance(value, dict) and _is_section(path):
             raise ConfigError(
                 f"legacy key {_dotted(path)!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
             )
-        if path in _DICT_MOVES:
-            self.carry(path, _DICT_MOVES[path], value)
-        elif path in _SECTION_MOVES:
+        elif kind == DICT:
+            self.carry(path, arg, value)
+        elif kind == SECTION:
             for k, v in (value or {}).items():
                 if k != "_target_" and v is not None:
                     self.rollout.append((_dotted((*path, k)), k, v))
-        elif path in _DROPS:
+        elif kind == DROP:
             if isinstance(value, dict):  # keys below a dropped section that do carry (fsdp param_offload)
-                keep = {k for k in value if (*path, k) in _MOVES}
+                keep = {k for k in value if RULES.get((*path, k), ("",))[0] == MOVE}
                 for k in keep:
                     self.walk((*path, k), value[k])
                 value = {k: v for k, v in value.items() if k not in keep}
-            self.drop(path, value, _DROPS[path])
+            self.drop(path, value, arg)
         elif isinstance(value, dict) and _is_section(path):
             for k, v in value.items():
                 self.walk((*path, k), v)
         elif value is not None:
-            self.note(
-                f"not carried: {_dotted(path)}={_short(value)}: not a key verl's reward migration knows; "
-                "move it by hand if it matters (custom reward managers take options in "
-                "reward.reward_manager.kwargs)"
-            )
+            self.note(f"not carried: {_dotted(path)}={_short(value)}: {R.UNKNOWN_REASON}")
 
     def manager(self, rm: dict[str, Any]) -> None:
         """``reward_model.reward_manager`` and the ``reward_loop_*`` trio, which only make sense together."""
-        vals = {k: _resolve(rm.get(k), self.root) for k in _MANAGER_KEYS}
+        vals = {k: _resolve(rm.get(k), self.root) for k in R.MANAGER_KEYS}
         for k, v in vals.items():
             if v is _UNRESOLVED:
                 self.note(
@@ -449,7 +411,7 @@ class _Migrator:
                 raise ConfigError(
                     f"legacy key 'reward_model.{k}' must be a string, got {type(v).__name__}: {_short(v)}"
                 )
-        name, source, path, cls = (vals[k] for k in _MANAGER_KEYS)
+        name, source, path, cls = (vals[k] for k in R.MANAGER_KEYS)
         if source is not None and source not in ("register", "importlib"):
             raise ConfigError(
                 f"legacy key 'reward_model.reward_loop_source' must be 'register' or 'importlib', got {source!r}"
@@ -499,7 +461,7 @@ class _Migrator:
                     "reward_model.reward_loop_source is 'importlib'"
                 )
         if name is not None:
-            renamed = _MANAGER_RENAMES.get(name)
+            renamed = R.MANAGER_RENAMES.get(name)
             if renamed is not None:
                 new_name, executor, why = renamed
                 self.put(("reward_manager", "name"), new_name, "reward_model.reward_manager")
@@ -511,10 +473,10 @@ class _Migrator:
                 )
             else:
                 self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
-                if name not in _BUILTIN_MANAGERS:
+                if name not in R.BUILTIN_MANAGERS:
                     self.note(
                         f"check reward.reward_manager.name={name!r}: not a rewardkit built-in manager "
-                        f"({', '.join(sorted(_BUILTIN_MANAGERS))}); a verl manager registered in verl "
+                        f"({', '.join(sorted(R.BUILTIN_MANAGERS))}); a verl manager registered in verl "
                         "is unknown to rewardkit unless a rewardkit plugin registers that name"
                     )
 
@@ -532,7 +494,7 @@ class _Migrator:
                     strip(v, (*path, k))
 
         strip(self.out, ("reward",))
-        for path, new_key in _RENAMED.items():
+        for path, new_key in R.RENAMED.items():
             parent = _get(self.out, path[:-1])
             if isinstance(parent, dict) and path[-1] in parent and new_key not in parent:
                 parent[new_key] = parent.pop(path[-1])
@@ -555,7 +517,7 @@ class _Migrator:
         rollout = model.get("rollout") if isinstance(model, dict) else None
         if isinstance(rollout, dict):
             for k in [
-                k for k in rollout if k in _VERL_ROLLOUT_DEFAULTS and k not in _GENERATIVE_ROLLOUT.values()
+                k for k in rollout if k in R.VERL_ROLLOUT_DEFAULTS and k not in R.GENERATIVE_ROLLOUT.values()
             ]:
                 value = rollout.pop(k)
                 if value is not None:
@@ -607,18 +569,18 @@ class _Migrator:
     def map_rollout(self, old: str, key: str, value: Any, *, generative: bool) -> None:
         """One key of verl's ``reward_model.rollout``: mapped for the generative judge, else dropped."""
         resolved = _resolve(value, self.root)
-        if key not in _VERL_ROLLOUT_DEFAULTS:  # not verl's: the user added it for a reason
+        if key not in R.VERL_ROLLOUT_DEFAULTS:  # not verl's: the user added it for a reason
             self.carry(old, ("reward_model", "rollout", key), value)
-        elif resolved is not _UNRESOLVED and resolved == _VERL_ROLLOUT_DEFAULTS[key]:
+        elif resolved is not _UNRESOLVED and resolved == R.VERL_ROLLOUT_DEFAULTS[key]:
             self.inert.append(old)
-        elif generative and key in _GENERATIVE_ROLLOUT:
-            self.carry(old, ("reward_model", "rollout", _GENERATIVE_ROLLOUT[key]), value)
+        elif generative and key in R.GENERATIVE_ROLLOUT:
+            self.carry(old, ("reward_model", "rollout", R.GENERATIVE_ROLLOUT[key]), value)
         elif key in ("disaggregation", "engine_kwargs") and isinstance(resolved, dict) and _all_off(resolved):
             self.inert.append(old)
-        elif key in _SERVER_KEYS:
-            self.note(f"not carried: {old}={_short(value)}: {_SERVER_REASON}")
+        elif key in R.SERVER_KEYS:
+            self.note(f"not carried: {old}={_short(value)}: {R.SERVER_REASON}")
         else:
-            self.note(f"not carried: {old}={_short(value)}: {_GENERATION_REASON}")
+            self.note(f"not carried: {old}={_short(value)}: {R.GENERATION_REASON}")
 
     def map_server(self, rm: dict[str, Any], backend: str) -> list[tuple[str, str, Any]]:
         """verl's server-launch rollout keys and RM resource-pool keys → ``reward.reward_model.server``.
@@ -636,13 +598,13 @@ class _Migrator:
             return self.rollout
         self.put(("reward_model", "server", "engine"), engine, olds.get("name", "reward_model.rollout.name"))
         sizes = {}
-        for key in _SERVER_TOPOLOGY:
-            size = values.get(key, _VERL_ROLLOUT_DEFAULTS[key])
+        for key in R.SERVER_TOPOLOGY:
+            size = values.get(key, R.VERL_ROLLOUT_DEFAULTS[key])
             sizes[key] = size if isinstance(size, int) and size > 0 else 1
         gpus = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
         gpus *= sizes["pipeline_model_parallel_size"]
         prefix = next(iter(olds.values())).rsplit(".", 1)[0]
-        topology = " × ".join(f"{prefix}.{k}" for k in _SERVER_TOPOLOGY) + " (verl's defaults where unset)"
+        topology = " × ".join(f"{prefix}.{k}" for k in R.SERVER_TOPOLOGY) + " (verl's defaults where unset)"
         self.put(("reward_model", "server", "gpus_per_replica"), gpus, topology)
         pool = bool(rm.get("enable_resource_pool"))
         total = int(rm.get("n_gpus_per_node") or 0) * max(int(rm.get("nnodes") or 0), 1)
@@ -662,7 +624,7 @@ class _Migrator:
             "standalone" if pool else "colocated",
             "reward_model.enable_resource_pool",
         )
-        for key, flags in _SERVER_ENGINE_ARGS.items():
+        for key, flags in R.SERVER_ENGINE_ARGS.items():
             if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
                 flag = flags[engine]
                 if flag is None:
@@ -673,7 +635,7 @@ class _Migrator:
             names = ("tp_size", "dp_size", "pp_size") if engine == "sglang" else (
                 "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"
             )  # fmt: skip
-            for flag, key in zip(names, _SERVER_TOPOLOGY, strict=True):
+            for flag, key in zip(names, R.SERVER_TOPOLOGY, strict=True):
                 self.put(("reward_model", "server", "engine_args", flag), sizes[key], f"{prefix}.{key}")
         kwargs = values.get("engine_kwargs")
         if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
@@ -696,7 +658,7 @@ class _Migrator:
         return [
             (old, k, v)
             for old, k, v in self.rollout
-            if k not in _SERVER_KEYS or (generative and k in _GENERATIVE_ROLLOUT)
+            if k not in R.SERVER_KEYS or (generative and k in R.GENERATIVE_ROLLOUT)
         ]
 
     def finish(self) -> None:
@@ -707,7 +669,7 @@ class _Migrator:
         backend = rm.get("backend", "generative") if isinstance(rm, dict) else "generative"
         for path, value in self.deferred:
             if enabled and backend == "discriminative":
-                self.carry(path, _DISCRIMINATIVE_MOVES[path], value)
+                self.carry(path, RULES[path][1], value)
             else:
                 state = f"is {backend!r}" if enabled else "is off"
                 self.drop(
