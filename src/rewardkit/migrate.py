@@ -257,6 +257,10 @@ def _inert(path: KeyPath, value: Any) -> bool:
     return False
 
 
+def _bad(key: str, want: str, value: Any) -> ConfigError:
+    return ConfigError(f"legacy key {key!r} must be {want}, got {type(value).__name__}: {_short(value)}")
+
+
 class _Migrator:
     def __init__(self, root: dict[str, Any], new: dict[str, Any]):
         self.root = root
@@ -264,12 +268,16 @@ class _Migrator:
         self.messages: list[str] = []
         self.provenance: dict[KeyPath, str] = {}  # target path → legacy key that set it
         self.inert: list[str] = []
-        self.deferred: list[tuple[KeyPath, Any]] = []  # R.DISCRIMINATIVE_MOVES, decided once the backend is
+        self.deferred: list[tuple[KeyPath, Any]] = []  # RM_KWARG rules, decided once the backend is
         self.rollout: list[tuple[str, str, Any]] = []  # (source key, rollout key, value) of verl's rollout
+        self.picked_backend = False
 
     # -- writing -----------------------------------------------------------------------------------
     def note(self, message: str) -> None:
         self.messages.append(message)
+
+    def say(self, what: str, /, **fields: Any) -> None:
+        self.messages.append(R.SAYS[what].format(**fields))
 
     def put(self, target: KeyPath, value: Any, old: str) -> None:
         """Set ``reward.<target>`` from legacy key ``old``, unless something already set it."""
@@ -280,63 +288,39 @@ class _Migrator:
                 nxt = node[part] = {}
             elif not isinstance(nxt, dict):
                 where = _dotted(target[: i + 1])
-                self.note(
-                    f"conflict: {old}={_short(value)} not carried: reward.{where} is already "
-                    f"{_short(nxt)}, not a mapping"
+                return self.say(
+                    "parent_taken", old=old, value=_short(value), where=where, existing=_short(nxt)
                 )
-                return
             node = nxt
-        key = target[-1]
-        existing = node.get(key)
+        key, dotted = target[-1], _dotted(target)
+        existing, first = node.get(key), self.provenance.get(target)
+        said = {"old": old, "value": _short(value), "target": dotted, "existing": _short(existing)}
         if existing is None or existing == {}:
             node[key] = value
             self.provenance[target] = old
-            self.note(f"moved {old} → reward.{_dotted(target)}")
-            return
-        if isinstance(existing, dict) and isinstance(value, dict):
+            self.note(f"moved {old} → reward.{dotted}")
+        elif isinstance(existing, dict) and isinstance(value, dict):
             for k, v in value.items():
                 self.put((*target, k), v, f"{old}.{k}")
-            return
-        if existing == value:
-            first = self.provenance.get(target)
-            twin = first if first else f"reward.{_dotted(target)}"
-            self.note(f"dropped {old}: same value as {twin}")
-            return
-        first = self.provenance.get(target)
-        if first is not None:
-            self.note(
-                f"conflict: {old}={_short(value)} not carried: {first}={_short(existing)} already set "
-                f"reward.{_dotted(target)}"
-            )
-            return
-        if target in R.VERL_NEW_DEFAULTS and existing == R.VERL_NEW_DEFAULTS[target]:
+        elif existing == value:
+            self.note(f"dropped {old}: same value as {first or f'reward.{dotted}'}")
+        elif first is not None:
+            self.say("set_first", first=first, **said)
+        elif target in R.VERL_NEW_DEFAULTS and existing == R.VERL_NEW_DEFAULTS[target]:
             node[key] = value
             self.provenance[target] = old
-            self.note(
-                f"conflict: {old}={_short(value)} replaces reward.{_dotted(target)}={_short(existing)} "
-                "(verl's default there; verl's own migration lets the legacy key win too)"
-            )
-            return
-        self.note(
-            f"conflict: {old}={_short(value)} not carried: reward.{_dotted(target)}={_short(existing)} "
-            "is set in the new layout, which wins"
-        )
+            self.say("beats_default", **said)
+        else:
+            self.say("new_wins", **said)
 
     def carry(self, source: KeyPath | str, target: KeyPath, value: Any) -> None:
         old = source if isinstance(source, str) else _dotted(source)
         resolved = _resolve(value, self.root)
         if resolved is _UNRESOLVED:
-            self.note(
-                f"not carried: {old}={_short(value)}: it holds an interpolation rewardkit cannot "
-                "resolve here; set reward."
-                + _dotted(target)
-                + " by hand"
-                + ("" if _omegaconf() else " (install omegaconf to resolve ${...} references)")
-            )
-            return
-        if resolved is None or resolved == {}:
-            return
-        self.put(target, resolved, old)
+            hint = "" if _omegaconf() else R.OMEGACONF_HINT
+            self.say("unresolved", old=old, value=_short(value), target=_dotted(target), hint=hint)
+        elif resolved is not None and resolved != {}:
+            self.put(target, resolved, old)
 
     def drop(self, source: KeyPath, value: Any, reason: str) -> None:
         if isinstance(value, dict):
@@ -346,19 +330,15 @@ class _Migrator:
             return
         if _inert(source, value if resolved is _UNRESOLVED else resolved):
             self.inert.append(_dotted(source))
-            return
-        self.note(f"not carried: {_dotted(source)}={_short(value)}: {reason}")
+        else:
+            self.note(f"not carried: {_dotted(source)}={_short(value)}: {reason}")
 
     # -- the legacy sections ----------------------------------------------------------------------
     def section(self, name: str) -> dict[str, Any]:
         value = self.root.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"legacy key {name!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
-            )
-        return value
+        if value is not None and not isinstance(value, dict):
+            raise _bad(name, "a mapping", value)
+        return value or {}
 
     def walk(self, path: KeyPath, value: Any) -> None:
         """Apply the rule table to one legacy key (and its subtree)."""
@@ -367,17 +347,13 @@ class _Migrator:
         kind, arg = RULES.get(path, ("", None))
         if kind in (MOVE, RM_KWARG):
             if isinstance(value, dict | list):
-                raise ConfigError(
-                    f"legacy key {_dotted(path)!r} must be a single value, got {type(value).__name__}: {_short(value)}"
-                )
+                raise _bad(_dotted(path), "a single value", value)
             if kind == MOVE:
                 self.carry(path, arg, value)
             elif value is not None:
                 self.deferred.append((path, value))
         elif value is not None and not isinstance(value, dict) and _is_section(path):
-            raise ConfigError(
-                f"legacy key {_dotted(path)!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
-            )
+            raise _bad(_dotted(path), "a mapping", value)
         elif kind == DICT:
             self.carry(path, arg, value)
         elif kind == SECTION:
@@ -402,83 +378,52 @@ class _Migrator:
         vals = {k: _resolve(rm.get(k), self.root) for k in R.MANAGER_KEYS}
         for k, v in vals.items():
             if v is _UNRESOLVED:
-                self.note(
-                    f"not carried: reward_model.{k}={_short(rm.get(k))}: it holds an interpolation "
-                    "rewardkit cannot resolve here; set reward.reward_manager by hand"
+                target = "reward_manager"
+                self.say(
+                    "unresolved", old=f"reward_model.{k}", value=_short(rm.get(k)), target=target, hint=""
                 )
                 vals[k] = None
             elif v is not None and not isinstance(v, str):
-                raise ConfigError(
-                    f"legacy key 'reward_model.{k}' must be a string, got {type(v).__name__}: {_short(v)}"
-                )
+                raise ConfigError(R.SAYS["not_str"].format(key=k, type=type(v).__name__, value=_short(v)))
         name, source, path, cls = (vals[k] for k in R.MANAGER_KEYS)
         if source is not None and source not in ("register", "importlib"):
-            raise ConfigError(
-                f"legacy key 'reward_model.reward_loop_source' must be 'register' or 'importlib', got {source!r}"
-            )
+            raise ConfigError(R.SAYS["bad_source"].format(source=source))
         if source == "importlib":
             cls = cls or (name if name and name != "naive" else None)
-            if not path:
-                raise ConfigError(
-                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but "
-                    "'reward_model.reward_loop_module_path' is not set"
-                )
-            if not cls:
-                raise ConfigError(
-                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but neither "
-                    "'reward_model.reward_loop_class_name' nor 'reward_model.reward_manager' names the class"
-                )
+            if not path or not cls:
+                raise ConfigError(R.SAYS["no_module_path" if not path else "no_class"])
             self.put(("reward_manager", "source"), "importlib", "reward_model.reward_loop_source")
             self.put(("reward_manager", "module", "path"), path, "reward_model.reward_loop_module_path")
-            class_key = (
+            by = (
                 "reward_model.reward_loop_class_name"
                 if vals["reward_loop_class_name"]
                 else "reward_model.reward_manager"
             )
-            self.put(("reward_manager", "module", "name"), cls, class_key)
+            self.put(("reward_manager", "module", "name"), cls, by)
             # verl's new loader reads the class from reward_manager.name; rewardkit reads module.name
             # first. Setting both keeps the config right for either reader.
-            self.put(("reward_manager", "name"), cls, class_key)
+            self.put(("reward_manager", "name"), cls, by)
             if name is not None and name != cls and name != "naive":
-                self.note(
-                    f"not carried: reward_model.reward_manager={name!r}: with reward_loop_source=importlib "
-                    f"the manager is the class {cls!r} from {path!r}"
-                )
+                self.say("name_beside_class", name=name, cls=cls, path=path)
             why = _not_a_rewardkit_manager(path, cls)
             if why:
-                self.note(
-                    f"check reward.reward_manager: class {cls!r} in {path!r} {why}; rewardkit loads only "
-                    "subclasses of rewardkit.managers.base.RewardManager, so the engine will refuse it. "
-                    "Port it (score_rules), or keep verl's reward loop and call rewardkit.integrations.verl"
-                )
+                self.say("not_our_manager", cls=cls, path=path, why=why)
             return
         if source == "register":
             self.put(("reward_manager", "source"), "register", "reward_model.reward_loop_source")
         for k in ("reward_loop_module_path", "reward_loop_class_name"):
             if vals[k] is not None:
-                self.note(
-                    f"not carried: reward_model.{k}={vals[k]!r}: only used when "
-                    "reward_model.reward_loop_source is 'importlib'"
-                )
-        if name is not None:
-            renamed = R.MANAGER_RENAMES.get(name)
-            if renamed is not None:
-                new_name, executor, why = renamed
-                self.put(("reward_manager", "name"), new_name, "reward_model.reward_manager")
-                if self.out.get("executor") in (None, "auto"):
-                    self.out["executor"] = executor
-                self.note(
-                    f"renamed reward_model.reward_manager={name!r} → reward.reward_manager.name={new_name!r} "
-                    f"with reward.executor={self.out.get('executor')!r}: {why}"
-                )
-            else:
-                self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
-                if name not in R.BUILTIN_MANAGERS:
-                    self.note(
-                        f"check reward.reward_manager.name={name!r}: not a rewardkit built-in manager "
-                        f"({', '.join(sorted(R.BUILTIN_MANAGERS))}); a verl manager registered in verl "
-                        "is unknown to rewardkit unless a rewardkit plugin registers that name"
-                    )
+                self.say("importlib_only", key=k, value=vals[k])
+        if name in R.MANAGER_RENAMES:
+            new, executor, why = R.MANAGER_RENAMES[name]
+            self.put(("reward_manager", "name"), new, "reward_model.reward_manager")
+            if self.out.get("executor") in (None, "auto"):
+                self.out["executor"] = executor
+            self.say("renamed_manager", name=name, new=new, executor=self.out.get("executor"), why=why)
+        elif name is not None:
+            self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
+            if name not in R.BUILTIN_MANAGERS:
+                self.say("unknown_manager", name=name, builtins=", ".join(sorted(R.BUILTIN_MANAGERS)))
 
     # -- new-layout clean-up -----------------------------------------------------------------------
     def tidy_new(self) -> None:
@@ -509,33 +454,22 @@ class _Migrator:
             self.put(("reward_manager", "kwargs"), kwargs, "reward.reward_kwargs")
         csk = self.out.pop("compute_score_kwargs", None)
         if csk:
-            self.note(
-                f"not carried: reward.compute_score_kwargs={_short(csk)}: rewardkit passes options to "
-                "built-in scorers per scorer (reward.scorers[*].kwargs); add them there"
-            )
-        model = self.out.get("reward_model")
-        rollout = model.get("rollout") if isinstance(model, dict) else None
-        if isinstance(rollout, dict):
-            for k in [
-                k for k in rollout if k in R.VERL_ROLLOUT_DEFAULTS and k not in R.GENERATIVE_ROLLOUT.values()
-            ]:
-                value = rollout.pop(k)
-                if value is not None:
-                    self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
+            self.say("score_kwargs", value=_short(csk))
+        rollout = _get(self.out, ("reward_model", "rollout"))
+        for k in [k for k in rollout if k in R.VERL_ONLY_ROLLOUT] if isinstance(rollout, dict) else ():
+            value = rollout.pop(k)
+            if value is not None:
+                self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
         rm = self.out.get("reward_manager")
-        if isinstance(rm, dict) and rm.get("source") == "importlib":
-            module = rm.get("module")
-            if (
-                isinstance(module, dict)
-                and module.get("name") in (None, "custom_reward_manager")
-                and rm.get("name")
-            ):
-                if module.get("name") is not None:
-                    self.note(
-                        f"set reward.reward_manager.module.name={rm['name']!r} (was 'custom_reward_manager', "
-                        "verl's module alias): rewardkit reads the class name there"
-                    )
-                module["name"] = rm["name"]
+        module = rm.get("module") if isinstance(rm, dict) and rm.get("source") == "importlib" else None
+        if (
+            isinstance(module, dict)
+            and module.get("name") in (None, "custom_reward_manager")
+            and rm.get("name")
+        ):
+            if module.get("name") is not None:
+                self.say("module_alias", name=rm["name"])
+            module["name"] = rm["name"]
 
     # -- after the move ----------------------------------------------------------------------------
     def pick_backend(self, rm: dict[str, Any]) -> None:
@@ -544,27 +478,11 @@ class _Migrator:
             return
         self.picked_backend = True
         has_fn = bool(_get(self.out, ("custom_reward_function", "path")))
-        served = bool(self.rollout)
-        if has_fn and served:
+        if has_fn and self.rollout:
             rm["backend"] = "generative"
-            self.note(
-                "set reward.reward_model.backend='generative': in verl's reward loop a served reward model "
-                "next to custom_reward_function is a generative judge your function called through "
-                "reward_router_address; rewardkit calls it itself and adds its score as component 'rm' "
-                "beside your function's: check reward.reward_model.weight and the backend's kwargs"
-            )
-            return
+            return self.say("judge")
         rm["backend"] = "discriminative"
-        note = (
-            "set reward.reward_model.backend='discriminative': verl's reward model without a custom "
-            "function was a sequence-classification model"
-        )
-        if has_fn:
-            note += (
-                "; verl's legacy workers then used the model's score alone and ignored "
-                "custom_reward_function, while rewardkit adds both: check this is what you want"
-            )
-        self.note(note)
+        self.note(R.SAYS["classifier"] + (R.SAYS["classifier_and_fn"] if has_fn else ""))
 
     def map_rollout(self, old: str, key: str, value: Any, *, generative: bool) -> None:
         """One key of verl's ``reward_model.rollout``: mapped for the generative judge, else dropped."""
@@ -577,10 +495,9 @@ class _Migrator:
             self.carry(old, ("reward_model", "rollout", R.GENERATIVE_ROLLOUT[key]), value)
         elif key in ("disaggregation", "engine_kwargs") and isinstance(resolved, dict) and _all_off(resolved):
             self.inert.append(old)
-        elif key in R.SERVER_KEYS:
-            self.note(f"not carried: {old}={_short(value)}: {R.SERVER_REASON}")
         else:
-            self.note(f"not carried: {old}={_short(value)}: {R.GENERATION_REASON}")
+            reason = R.SERVER_REASON if key in R.SERVER_KEYS else R.GENERATION_REASON
+            self.note(f"not carried: {old}={_short(value)}: {reason}")
 
     def map_server(self, rm: dict[str, Any], backend: str) -> list[tuple[str, str, Any]]:
         """verl's server-launch rollout keys and RM resource-pool keys → ``reward.reward_model.server``.
@@ -590,13 +507,12 @@ class _Migrator:
         values = {k: _resolve(v, self.root) for _, k, v in self.rollout}
         olds = {k: old for old, k, _ in self.rollout}
         engine = values.get("name") or "vllm"
+        name_key = olds.get("name", "reward_model.rollout.name")
         if engine not in ("vllm", "sglang"):
-            self.note(
-                f"not carried: {olds.get('name', 'reward_model.rollout.name')}={engine!r}: rewardkit has no "
-                "launcher preset for it; set reward.reward_model.server with engine: command"
-            )
+            self.say("no_preset", old=name_key, engine=engine)
             return self.rollout
-        self.put(("reward_model", "server", "engine"), engine, olds.get("name", "reward_model.rollout.name"))
+        server = ("reward_model", "server")
+        self.put((*server, "engine"), engine, name_key)
         sizes = {}
         for key in R.SERVER_TOPOLOGY:
             size = values.get(key, R.VERL_ROLLOUT_DEFAULTS[key])
@@ -605,59 +521,39 @@ class _Migrator:
         gpus *= sizes["pipeline_model_parallel_size"]
         prefix = next(iter(olds.values())).rsplit(".", 1)[0]
         topology = " × ".join(f"{prefix}.{k}" for k in R.SERVER_TOPOLOGY) + " (verl's defaults where unset)"
-        self.put(("reward_model", "server", "gpus_per_replica"), gpus, topology)
+        self.put((*server, "gpus_per_replica"), gpus, topology)
         pool = bool(rm.get("enable_resource_pool"))
         total = int(rm.get("n_gpus_per_node") or 0) * max(int(rm.get("nnodes") or 0), 1)
         if pool and total:
-            self.put(
-                ("reward_model", "server", "replicas"),
-                max(1, total // gpus),
-                "n_gpus_per_node × nnodes / gpus",
-            )
+            self.put((*server, "replicas"), max(1, total // gpus), "n_gpus_per_node × nnodes / gpus")
         elif not pool:
-            self.note(
-                "reward.reward_model.server.replicas is 1: verl sized a colocated reward model by the "
-                "trainer's pool; set it to that pool's GPUs / gpus_per_replica"
-            )
+            self.say("one_replica")
         self.put(
-            ("reward_model", "server", "placement"),
-            "standalone" if pool else "colocated",
-            "reward_model.enable_resource_pool",
+            (*server, "placement"), "standalone" if pool else "colocated", "reward_model.enable_resource_pool"
         )
+        args = (*server, "engine_args")
         for key, flags in R.SERVER_ENGINE_ARGS.items():
             if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
-                flag = flags[engine]
-                if flag is None:
+                if flags[engine] is None:
                     self.note(f"not carried: {olds[key]}={_short(values[key])}: {engine} has no such flag")
                 else:
-                    self.put(("reward_model", "server", "engine_args", flag), values[key], olds[key])
+                    self.put((*args, flags[engine]), values[key], olds[key])
         if gpus != sizes["tensor_model_parallel_size"]:  # the preset's TP = gpus_per_replica no longer holds
-            names = ("tp_size", "dp_size", "pp_size") if engine == "sglang" else (
-                "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"
-            )  # fmt: skip
-            for flag, key in zip(names, R.SERVER_TOPOLOGY, strict=True):
-                self.put(("reward_model", "server", "engine_args", flag), sizes[key], f"{prefix}.{key}")
+            for flag, key in zip(R.SERVER_TOPOLOGY_FLAGS[engine], R.SERVER_TOPOLOGY, strict=True):
+                self.put((*args, flag), sizes[key], f"{prefix}.{key}")
         kwargs = values.get("engine_kwargs")
         if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
             for k, v in kwargs[engine].items():
-                self.put(
-                    ("reward_model", "server", "engine_args", k), v, f"{olds['engine_kwargs']}.{engine}.{k}"
-                )
+                self.put((*args, k), v, f"{olds['engine_kwargs']}.{engine}.{k}")
         if values.get("free_cache_engine") is False:
-            self.note(
-                f"not carried: {olds['free_cache_engine']}=False: rewardkit puts colocated servers to sleep "
-                "between batches; set reward.reward_model.server.placement: standalone to keep them awake"
-            )
-        if backend == "discriminative" and getattr(self, "picked_backend", False):
+            self.say("keep_awake", old=olds["free_cache_engine"])
+        if backend == "discriminative" and self.picked_backend:
             rm["backend"] = "served-classifier"
-            self.note(
-                "set reward.reward_model.backend='served-classifier': verl served this sequence-classification "
-                "model and scored through /classify; rewardkit launches reward.reward_model.server and does the same"
-            )
+            self.say("served_classifier")
         generative = backend == "generative"
         return [
-            (old, k, v)
-            for old, k, v in self.rollout
+            (o, k, v)
+            for o, k, v in self.rollout
             if k not in R.SERVER_KEYS or (generative and k in R.GENERATIVE_ROLLOUT)
         ]
 
@@ -671,34 +567,21 @@ class _Migrator:
             if enabled and backend == "discriminative":
                 self.carry(path, RULES[path][1], value)
             else:
-                state = f"is {backend!r}" if enabled else "is off"
                 self.drop(
-                    path,
-                    value,
-                    f"only rewardkit's discriminative backend uses it (this reward model {state})",
+                    path, value, R.SAYS["rm_kwarg"].format(state=f"is {backend!r}" if enabled else "is off")
                 )
         if enabled and self.rollout:
             self.rollout = self.map_server(rm, backend)
             backend = rm.get("backend", backend)
         for old, key, value in self.rollout:
             self.map_rollout(old, key, value, generative=enabled and backend == "generative")
-        mgr = self.out.get("reward_manager")
-        kwargs = mgr.get("kwargs") if isinstance(mgr, dict) else None
-        if (
-            isinstance(kwargs, dict)
-            and "overlong_buffer_cfg" in kwargs
-            and "max_resp_len" not in kwargs
-            and isinstance(_get(self.root, ("data", "max_response_length")), int)
-        ):
-            self.put(
-                ("reward_manager", "kwargs", "max_resp_len"),
-                _get(self.root, ("data", "max_response_length")),
-                "data.max_response_length",
-            )
+        kwargs = _get(self.out, ("reward_manager", "kwargs"))
+        max_len = _get(self.root, ("data", "max_response_length"))
+        fill = isinstance(kwargs, dict) and "overlong_buffer_cfg" in kwargs and "max_resp_len" not in kwargs
+        if fill and isinstance(max_len, int):  # the DAPO manager's overlong penalty needs the length
+            self.put(("reward_manager", "kwargs", "max_resp_len"), max_len, "data.max_response_length")
         if self.inert:
-            self.note(
-                "ignored legacy keys left at values that set nothing in rewardkit: " + ", ".join(self.inert)
-            )
+            self.say("inert", keys=", ".join(self.inert))
 
 
 def migrate_legacy(config: Any, *, warn: bool = True, validate: bool = True) -> Migration:

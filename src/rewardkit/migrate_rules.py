@@ -223,3 +223,96 @@ BUILTIN_MANAGERS = frozenset({"naive", "batch", "dapo", "composite"})
 LEGACY_RM_KEYS = {p[1] for p in RULES if p[0] == "reward_model"} | set(MANAGER_KEYS)
 # verl rollout keys that rewardkit never reads (temperature, top_p and seed are also the judge's).
 VERL_ONLY_ROLLOUT = set(VERL_ROLLOUT_DEFAULTS) - set(GENERATIVE_ROLLOUT.values())
+
+# -- what the migration says -------------------------------------------------------------------------
+# ``str.format`` templates of :mod:`rewardkit.migrate`'s longer messages, by name; ``value`` and
+# ``existing`` arrive already shortened.
+OMEGACONF_HINT = " (install omegaconf to resolve ${...} references)"
+SAYS: dict[str, str] = {
+    "parent_taken": "conflict: {old}={value} not carried: reward.{where} is already {existing}, not a mapping",
+    "set_first": "conflict: {old}={value} not carried: {first}={existing} already set reward.{target}",
+    "beats_default": (
+        "conflict: {old}={value} replaces reward.{target}={existing} (verl's default there; verl's own "
+        "migration lets the legacy key win too)"
+    ),
+    "new_wins": "conflict: {old}={value} not carried: reward.{target}={existing} is set in the new layout, which wins",
+    "unresolved": (
+        "not carried: {old}={value}: it holds an interpolation rewardkit cannot resolve here; set "
+        "reward.{target} by hand{hint}"
+    ),
+    "not_str": "legacy key 'reward_model.{key}' must be a string, got {type}: {value}",
+    "bad_source": "legacy key 'reward_model.reward_loop_source' must be 'register' or 'importlib', got {source!r}",
+    "no_module_path": (
+        "legacy key 'reward_model.reward_loop_source' is 'importlib' but "
+        "'reward_model.reward_loop_module_path' is not set"
+    ),
+    "no_class": (
+        "legacy key 'reward_model.reward_loop_source' is 'importlib' but neither "
+        "'reward_model.reward_loop_class_name' nor 'reward_model.reward_manager' names the class"
+    ),
+    "name_beside_class": (
+        "not carried: reward_model.reward_manager={name!r}: with reward_loop_source=importlib "
+        "the manager is the class {cls!r} from {path!r}"
+    ),
+    "not_our_manager": (
+        "check reward.reward_manager: class {cls!r} in {path!r} {why}; rewardkit loads only "
+        "subclasses of rewardkit.managers.base.RewardManager, so the engine will refuse it. "
+        "Port it (score_rules), or keep verl's reward loop and call rewardkit.integrations.verl"
+    ),
+    "importlib_only": (
+        "not carried: reward_model.{key}={value!r}: only used when reward_model.reward_loop_source is 'importlib'"
+    ),
+    "renamed_manager": (
+        "renamed reward_model.reward_manager={name!r} → reward.reward_manager.name={new!r} "
+        "with reward.executor={executor!r}: {why}"
+    ),
+    "unknown_manager": (
+        "check reward.reward_manager.name={name!r}: not a rewardkit built-in manager ({builtins}); a verl "
+        "manager registered in verl is unknown to rewardkit unless a rewardkit plugin registers that name"
+    ),
+    "score_kwargs": (
+        "not carried: reward.compute_score_kwargs={value}: rewardkit passes options to built-in scorers "
+        "per scorer (reward.scorers[*].kwargs); add them there"
+    ),
+    "module_alias": (
+        "set reward.reward_manager.module.name={name!r} (was 'custom_reward_manager', verl's module alias): "
+        "rewardkit reads the class name there"
+    ),
+    "judge": (
+        "set reward.reward_model.backend='generative': in verl's reward loop a served reward model next to "
+        "custom_reward_function is a generative judge your function called through reward_router_address; "
+        "rewardkit calls it itself and adds its score as component 'rm' beside your function's: check "
+        "reward.reward_model.weight and the backend's kwargs"
+    ),
+    "classifier": (
+        "set reward.reward_model.backend='discriminative': verl's reward model without a custom function "
+        "was a sequence-classification model"
+    ),
+    "classifier_and_fn": (
+        "; verl's legacy workers then used the model's score alone and ignored custom_reward_function, "
+        "while rewardkit adds both: check this is what you want"
+    ),
+    "no_preset": (
+        "not carried: {old}={engine!r}: rewardkit has no launcher preset for it; set "
+        "reward.reward_model.server with engine: command"
+    ),
+    "one_replica": (
+        "reward.reward_model.server.replicas is 1: verl sized a colocated reward model by the trainer's "
+        "pool; set it to that pool's GPUs / gpus_per_replica"
+    ),
+    "keep_awake": (
+        "not carried: {old}=False: rewardkit puts colocated servers to sleep between batches; set "
+        "reward.reward_model.server.placement: standalone to keep them awake"
+    ),
+    "served_classifier": (
+        "set reward.reward_model.backend='served-classifier': verl served this sequence-classification model "
+        "and scored through /classify; rewardkit launches reward.reward_model.server and does the same"
+    ),
+    "rm_kwarg": "only rewardkit's discriminative backend uses it (this reward model {state})",
+    "inert": "ignored legacy keys left at values that set nothing in rewardkit: {keys}",
+}
+# The parallelism flags of each engine, in SERVER_TOPOLOGY's order.
+SERVER_TOPOLOGY_FLAGS = {
+    "vllm": ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"),
+    "sglang": ("tp_size", "dp_size", "pp_size"),
+}
