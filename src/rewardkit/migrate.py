@@ -83,13 +83,11 @@ def _not_a_rewardkit_manager(path: str, cls: str) -> str:
     }
     if not any(isinstance(n, ast.ClassDef) and n.name == cls for n in tree.body):
         return "is not defined at the top of that file"
-    if "rewardkit" not in imports:
-        return (
-            "looks like a verl reward manager (its file imports verl, not rewardkit)"
-            if "verl" in imports
-            else ("does not come from rewardkit (its file imports nothing from rewardkit)")
-        )
-    return ""
+    if "rewardkit" in imports:
+        return ""
+    if "verl" in imports:
+        return "looks like a verl reward manager (its file imports verl, not rewardkit)"
+    return "does not come from rewardkit (its file imports nothing from rewardkit)"
 
 
 def _dotted(path: KeyPath) -> str:
@@ -171,12 +169,9 @@ def _resolve(value: Any, root: dict[str, Any]) -> Any:
 
 
 def _load(config: Any) -> tuple[dict[str, Any], str]:
-    origin = ""
-    if isinstance(config, str | os.PathLike):
-        origin = str(config)
-        data = read_yaml(config)
-    else:
-        data = config
+    is_path = isinstance(config, str | os.PathLike)
+    origin = str(config) if is_path else ""
+    data = read_yaml(config) if is_path else config
     if not (isinstance(data, Mapping) or type(data).__module__.startswith("omegaconf")):
         where = f" in {origin}" if origin else ""
         raise ConfigError(f"a verl config{where} must be a mapping, got {type(data).__name__}")

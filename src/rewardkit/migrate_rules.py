@@ -74,6 +74,7 @@ RULES: dict[KeyPath, tuple[str, Any]] = {
 
 
 def by_kind(kind: str) -> dict[KeyPath, Any]:
+    """The rules of one kind: legacy path → its target path (or, for DROP, its reason)."""
     return {path: arg for path, (k, arg) in RULES.items() if k == kind}
 
 
