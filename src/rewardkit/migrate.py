@@ -20,6 +20,7 @@ manager class (``reward_loop_class_name``) lands where the loader reads it.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import warnings
@@ -181,12 +182,6 @@ def _load(config: Any) -> tuple[dict[str, Any], str]:
     return data, origin
 
 
-def _reward_fields() -> set[str]:
-    from rewardkit.config import RewardConfig
-
-    return set(RewardConfig.model_fields)
-
-
 def is_legacy(config: Any) -> bool:
     """Whether ``config`` (a mapping, or an OmegaConf config) holds verl legacy reward keys that
     :func:`migrate_legacy` would move (see :func:`rewardkit.config.looks_legacy`)."""
@@ -202,15 +197,15 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
 
     verl's server-launch keys under ``reward_model.rollout`` mark it as legacy even so.
     """
-    if "reward" in data or not set(data) <= _reward_fields():
-        return False
-    rollout = _get(data, ("reward_model", "rollout"))
-    if isinstance(rollout, dict) and any(k in R.VERL_ONLY_ROLLOUT for k in rollout):
-        return False
     from pydantic import ValidationError
 
     from rewardkit.config import RewardConfig
 
+    rollout = _get(data, ("reward_model", "rollout"))
+    if "reward" in data or not set(data) <= set(RewardConfig.model_fields):
+        return False
+    if isinstance(rollout, dict) and not R.VERL_ONLY_ROLLOUT.isdisjoint(rollout):
+        return False
     try:
         with warnings.catch_warnings():  # a probe: a deprecated key is reported when it is loaded
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -373,10 +368,8 @@ class _Migrator:
         vals = {k: _resolve(rm.get(k), self.root) for k in R.MANAGER_KEYS}
         for k, v in vals.items():
             if v is _UNRESOLVED:
-                target = "reward_manager"
-                self.say(
-                    "unresolved", old=f"reward_model.{k}", value=_short(rm.get(k)), target=target, hint=""
-                )
+                old, value = f"reward_model.{k}", _short(rm.get(k))
+                self.say("unresolved", old=old, value=value, target="reward_manager", hint="")
                 vals[k] = None
             elif v is not None and not isinstance(v, str):
                 raise ConfigError(R.SAYS["not_str"].format(key=k, type=type(v).__name__, value=_short(v)))
@@ -389,10 +382,8 @@ class _Migrator:
                 raise ConfigError(R.SAYS["no_module_path" if not path else "no_class"])
             self.put(("reward_manager", "source"), "importlib", "reward_model.reward_loop_source")
             self.put(("reward_manager", "module", "path"), path, "reward_model.reward_loop_module_path")
-            by = (
-                "reward_model.reward_loop_class_name"
-                if vals["reward_loop_class_name"]
-                else "reward_model.reward_manager"
+            by = "reward_model." + (
+                "reward_loop_class_name" if vals["reward_loop_class_name"] else "reward_manager"
             )
             self.put(("reward_manager", "module", "name"), cls, by)
             # verl's new loader reads the class from reward_manager.name; rewardkit reads module.name
@@ -400,8 +391,7 @@ class _Migrator:
             self.put(("reward_manager", "name"), cls, by)
             if name is not None and name != cls and name != "naive":
                 self.say("name_beside_class", name=name, cls=cls, path=path)
-            why = _not_a_rewardkit_manager(path, cls)
-            if why:
+            if why := _not_a_rewardkit_manager(path, cls):
                 self.say("not_our_manager", cls=cls, path=path, why=why)
             return
         if source == "register":
@@ -508,12 +498,9 @@ class _Migrator:
             return self.rollout
         server = ("reward_model", "server")
         self.put((*server, "engine"), engine, name_key)
-        sizes = {}
-        for key in R.SERVER_TOPOLOGY:
-            size = values.get(key, R.VERL_ROLLOUT_DEFAULTS[key])
-            sizes[key] = size if isinstance(size, int) and size > 0 else 1
-        gpus = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
-        gpus *= sizes["pipeline_model_parallel_size"]
+        sizes = {k: values.get(k, R.VERL_ROLLOUT_DEFAULTS[k]) for k in R.SERVER_TOPOLOGY}
+        sizes = {k: n if isinstance(n, int) and n > 0 else 1 for k, n in sizes.items()}
+        gpus = math.prod(sizes.values())
         prefix = next(iter(olds.values())).rsplit(".", 1)[0]
         topology = " × ".join(f"{prefix}.{k}" for k in R.SERVER_TOPOLOGY) + " (verl's defaults where unset)"
         self.put((*server, "gpus_per_replica"), gpus, topology)
