@@ -332,7 +332,9 @@ class _Migrator:
 
     def walk(self, path: KeyPath, value: Any) -> None:
         """Apply the rule table to one legacy key (and its subtree)."""
-        if path[-1] == "_target_" or (path[0] == "reward_model" and path[1:] and path[1] in R.MANAGER_KEYS):
+        if path[-1] == "_target_" or (
+            len(path) == 2 and path[0] == "reward_model" and path[1] in R.MANAGER_KEYS
+        ):
             return  # Hydra's class pointer, meaningless outside verl; or manager()'s
         kind, arg = RULES.get(path, ("", None))
         if kind in (MOVE, RM_KWARG):
@@ -510,9 +512,8 @@ class _Migrator:
             self.put((*server, "replicas"), max(1, total // gpus), "n_gpus_per_node × nnodes / gpus")
         elif not pool:
             self.say("one_replica")
-        self.put(
-            (*server, "placement"), "standalone" if pool else "colocated", "reward_model.enable_resource_pool"
-        )
+        placement = "standalone" if pool else "colocated"
+        self.put((*server, "placement"), placement, "reward_model.enable_resource_pool")
         args = (*server, "engine_args")
         for key, flags in R.SERVER_ENGINE_ARGS.items():
             if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
@@ -532,26 +533,22 @@ class _Migrator:
         if backend == "discriminative" and self.picked_backend:
             rm["backend"] = "served-classifier"
             self.say("served_classifier")
-        generative = backend == "generative"
-        return [
-            (o, k, v)
-            for o, k, v in self.rollout
-            if k not in R.SERVER_KEYS or (generative and k in R.GENERATIVE_ROLLOUT)
-        ]
+        judge = R.GENERATIVE_ROLLOUT if backend == "generative" else {}
+        return [(o, k, v) for o, k, v in self.rollout if k not in R.SERVER_KEYS or k in judge]
 
     def finish(self) -> None:
+        """What needs the whole config: the RM backend, its kwargs and server, DAPO's length, inert keys."""
         rm = self.out.get("reward_model")
         enabled = isinstance(rm, dict) and bool(rm.get("enable"))
         if enabled and self.provenance.get(("reward_model", "enable")):
             self.pick_backend(rm)
         backend = rm.get("backend", "generative") if isinstance(rm, dict) else "generative"
+        unused = R.SAYS["rm_kwarg"].format(state=f"is {backend!r}" if enabled else "is off")
         for path, value in self.deferred:
             if enabled and backend == "discriminative":
                 self.carry(path, RULES[path][1], value)
             else:
-                self.drop(
-                    path, value, R.SAYS["rm_kwarg"].format(state=f"is {backend!r}" if enabled else "is off")
-                )
+                self.drop(path, value, unused)
         if enabled and self.rollout:
             self.rollout = self.map_server(rm, backend)
             backend = rm.get("backend", backend)
