@@ -20,6 +20,7 @@ manager class (``reward_loop_class_name``) lands where the loader reads it.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import warnings
@@ -29,29 +30,10 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rewardkit import migrate_rules as R
 from rewardkit.config import LEGACY_SECTIONS, looks_legacy, read_yaml
 from rewardkit.errors import ConfigError
-from rewardkit.migrate_rules import (  # the rule table
-    _BUILTIN_MANAGERS,
-    _DICT_MOVES,
-    _DISCRIMINATIVE_MOVES,
-    _DROPS,
-    _GENERATION_REASON,
-    _GENERATIVE_ROLLOUT,
-    _INERT_DROPS,
-    _MANAGER_KEYS,
-    _MANAGER_RENAMES,
-    _MOVES,
-    _RENAMED,
-    _SECTION_MOVES,
-    _SERVER_ENGINE_ARGS,
-    _SERVER_KEYS,
-    _SERVER_REASON,
-    _SERVER_TOPOLOGY,
-    _VERL_NEW_DEFAULTS,
-    _VERL_ROLLOUT_DEFAULTS,
-    KeyPath,
-)
+from rewardkit.migrate_rules import DICT, DROP, MOVE, RM_KWARG, RULES, SECTION, KeyPath
 
 __all__ = [
     "LEGACY_SECTIONS",
@@ -62,6 +44,10 @@ __all__ = [
     "migrate_legacy",
     "overrides_to_config",
 ]
+
+# Read under these names by tests/test_migrate.py and tests/core/test_legacy_detection.py.
+_MOVES, _DICT_MOVES, _DISCRIMINATIVE_MOVES = R.MOVES, R.DICT_MOVES, R.DISCRIMINATIVE_MOVES
+_MANAGER_KEYS, _LEGACY_RM_KEYS, _VERL_ONLY_ROLLOUT = R.MANAGER_KEYS, R.LEGACY_RM_KEYS, R.VERL_ONLY_ROLLOUT
 
 
 class LegacyConfigWarning(UserWarning):
@@ -98,13 +84,11 @@ def _not_a_rewardkit_manager(path: str, cls: str) -> str:
     }
     if not any(isinstance(n, ast.ClassDef) and n.name == cls for n in tree.body):
         return "is not defined at the top of that file"
-    if "rewardkit" not in imports:
-        return (
-            "looks like a verl reward manager (its file imports verl, not rewardkit)"
-            if "verl" in imports
-            else ("does not come from rewardkit (its file imports nothing from rewardkit)")
-        )
-    return ""
+    if "rewardkit" in imports:
+        return ""
+    if "verl" in imports:
+        return "looks like a verl reward manager (its file imports verl, not rewardkit)"
+    return "does not come from rewardkit (its file imports nothing from rewardkit)"
 
 
 def _dotted(path: KeyPath) -> str:
@@ -186,12 +170,9 @@ def _resolve(value: Any, root: dict[str, Any]) -> Any:
 
 
 def _load(config: Any) -> tuple[dict[str, Any], str]:
-    origin = ""
-    if isinstance(config, str | os.PathLike):
-        origin = str(config)
-        data = read_yaml(config)
-    else:
-        data = config
+    is_path = isinstance(config, str | os.PathLike)
+    origin = str(config) if is_path else ""
+    data = read_yaml(config) if is_path else config
     if not (isinstance(data, Mapping) or type(data).__module__.startswith("omegaconf")):
         where = f" in {origin}" if origin else ""
         raise ConfigError(f"a verl config{where} must be a mapping, got {type(data).__name__}")
@@ -199,12 +180,6 @@ def _load(config: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise ConfigError(f"a verl config must be a mapping, got {type(data).__name__}")
     return data, origin
-
-
-def _reward_fields() -> set[str]:
-    from rewardkit.config import RewardConfig
-
-    return set(RewardConfig.model_fields)
 
 
 def is_legacy(config: Any) -> bool:
@@ -222,15 +197,15 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
 
     verl's server-launch keys under ``reward_model.rollout`` mark it as legacy even so.
     """
-    if "reward" in data or not set(data) <= _reward_fields():
-        return False
-    rollout = _get(data, ("reward_model", "rollout"))
-    if isinstance(rollout, dict) and any(k in _VERL_ONLY_ROLLOUT for k in rollout):
-        return False
     from pydantic import ValidationError
 
     from rewardkit.config import RewardConfig
 
+    rollout = _get(data, ("reward_model", "rollout"))
+    if "reward" in data or not set(data) <= set(RewardConfig.model_fields):
+        return False
+    if isinstance(rollout, dict) and not R.VERL_ONLY_ROLLOUT.isdisjoint(rollout):
+        return False
     try:
         with warnings.catch_warnings():  # a probe: a deprecated key is reported when it is loaded
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -238,22 +213,6 @@ def _is_unwrapped_new(data: dict[str, Any]) -> bool:
     except ValidationError:
         return False
     return True
-
-
-_KNOWN: tuple[KeyPath, ...] = (*_MOVES, *_DISCRIMINATIVE_MOVES, *_DICT_MOVES, *_SECTION_MOVES, *_DROPS)
-# Keys directly under verl's legacy ``reward_model`` section.
-_LEGACY_RM_KEYS = {p[1] for p in _KNOWN if p[0] == "reward_model"} | set(_MANAGER_KEYS)
-# verl rollout keys that rewardkit never reads (temperature, top_p and seed are also the judge's).
-_VERL_ONLY_ROLLOUT = set(_VERL_ROLLOUT_DEFAULTS) - set(_GENERATIVE_ROLLOUT.values())
-
-# verl's defaults for an FSDP reward-model worker: a subtree holding only these sets nothing.
-_FSDP_DEFAULTS = {
-    "wrap_policy": {"min_num_params": 0},
-    "param_offload": False,
-    "reshard_after_forward": True,
-    "fsdp_size": -1,
-    "forward_prefetch": False,
-}
 
 
 def _all_off(value: Any) -> bool:
@@ -269,10 +228,9 @@ def _all_off(value: Any) -> bool:
 
 def _is_section(path: KeyPath) -> bool:
     """Whether legacy keys live *below* ``path`` (so its value must be a mapping)."""
-    return (
-        path in _DICT_MOVES
-        or path in _SECTION_MOVES
-        or any(len(p) > len(path) and p[: len(path)] == path and p not in _DROPS for p in _KNOWN)
+    n = len(path)
+    return RULES.get(path, ("",))[0] in (DICT, SECTION) or any(
+        len(p) > n and p[:n] == path and kind != DROP for p, (kind, _) in RULES.items()
     )
 
 
@@ -280,13 +238,17 @@ def _inert(path: KeyPath, value: Any) -> bool:
     """Whether a dropped legacy value sets nothing (empty, off, or verl's own default)."""
     if value is False or value == {} or value == []:
         return True
-    if any(value == v and type(value) is type(v) for v in _INERT_DROPS.get(path, ())):
+    if any(value == v and type(value) is type(v) for v in R.INERT_DROPS.get(path, ())):
         return True
     if path == ("reward_model", "profiler") and isinstance(value, dict):
         return not value.get("enable")
     if path == ("reward_model", "model", "fsdp_config") and isinstance(value, dict):
-        return all(v is None or _FSDP_DEFAULTS.get(k) == v for k, v in value.items())
+        return all(v is None or R.FSDP_DEFAULTS.get(k) == v for k, v in value.items())
     return False
+
+
+def _bad(key: str, want: str, value: Any) -> ConfigError:
+    return ConfigError(f"legacy key {key!r} must be {want}, got {type(value).__name__}: {_short(value)}")
 
 
 class _Migrator:
@@ -296,12 +258,16 @@ class _Migrator:
         self.messages: list[str] = []
         self.provenance: dict[KeyPath, str] = {}  # target path → legacy key that set it
         self.inert: list[str] = []
-        self.deferred: list[tuple[KeyPath, Any]] = []  # _DISCRIMINATIVE_MOVES, decided once the backend is
+        self.deferred: list[tuple[KeyPath, Any]] = []  # RM_KWARG rules, decided once the backend is
         self.rollout: list[tuple[str, str, Any]] = []  # (source key, rollout key, value) of verl's rollout
+        self.picked_backend = False
 
     # -- writing -----------------------------------------------------------------------------------
     def note(self, message: str) -> None:
         self.messages.append(message)
+
+    def say(self, what: str, /, **fields: Any) -> None:
+        self.messages.append(R.SAYS[what].format(**fields))
 
     def put(self, target: KeyPath, value: Any, old: str) -> None:
         """Set ``reward.<target>`` from legacy key ``old``, unless something already set it."""
@@ -312,63 +278,39 @@ class _Migrator:
                 nxt = node[part] = {}
             elif not isinstance(nxt, dict):
                 where = _dotted(target[: i + 1])
-                self.note(
-                    f"conflict: {old}={_short(value)} not carried: reward.{where} is already "
-                    f"{_short(nxt)}, not a mapping"
+                return self.say(
+                    "parent_taken", old=old, value=_short(value), where=where, existing=_short(nxt)
                 )
-                return
             node = nxt
-        key = target[-1]
-        existing = node.get(key)
+        key, dotted = target[-1], _dotted(target)
+        existing, first = node.get(key), self.provenance.get(target)
+        said = {"old": old, "value": _short(value), "target": dotted, "existing": _short(existing)}
         if existing is None or existing == {}:
             node[key] = value
             self.provenance[target] = old
-            self.note(f"moved {old} → reward.{_dotted(target)}")
-            return
-        if isinstance(existing, dict) and isinstance(value, dict):
+            self.note(f"moved {old} → reward.{dotted}")
+        elif isinstance(existing, dict) and isinstance(value, dict):
             for k, v in value.items():
                 self.put((*target, k), v, f"{old}.{k}")
-            return
-        if existing == value:
-            first = self.provenance.get(target)
-            twin = first if first else f"reward.{_dotted(target)}"
-            self.note(f"dropped {old}: same value as {twin}")
-            return
-        first = self.provenance.get(target)
-        if first is not None:
-            self.note(
-                f"conflict: {old}={_short(value)} not carried: {first}={_short(existing)} already set "
-                f"reward.{_dotted(target)}"
-            )
-            return
-        if target in _VERL_NEW_DEFAULTS and existing == _VERL_NEW_DEFAULTS[target]:
+        elif existing == value:
+            self.note(f"dropped {old}: same value as {first or f'reward.{dotted}'}")
+        elif first is not None:
+            self.say("set_first", first=first, **said)
+        elif target in R.VERL_NEW_DEFAULTS and existing == R.VERL_NEW_DEFAULTS[target]:
             node[key] = value
             self.provenance[target] = old
-            self.note(
-                f"conflict: {old}={_short(value)} replaces reward.{_dotted(target)}={_short(existing)} "
-                "(verl's default there; verl's own migration lets the legacy key win too)"
-            )
-            return
-        self.note(
-            f"conflict: {old}={_short(value)} not carried: reward.{_dotted(target)}={_short(existing)} "
-            "is set in the new layout, which wins"
-        )
+            self.say("beats_default", **said)
+        else:
+            self.say("new_wins", **said)
 
     def carry(self, source: KeyPath | str, target: KeyPath, value: Any) -> None:
         old = source if isinstance(source, str) else _dotted(source)
         resolved = _resolve(value, self.root)
         if resolved is _UNRESOLVED:
-            self.note(
-                f"not carried: {old}={_short(value)}: it holds an interpolation rewardkit cannot "
-                "resolve here; set reward."
-                + _dotted(target)
-                + " by hand"
-                + ("" if _omegaconf() else " (install omegaconf to resolve ${...} references)")
-            )
-            return
-        if resolved is None or resolved == {}:
-            return
-        self.put(target, resolved, old)
+            hint = "" if _omegaconf() else R.OMEGACONF_HINT
+            self.say("unresolved", old=old, value=_short(value), target=_dotted(target), hint=hint)
+        elif resolved is not None and resolved != {}:
+            self.put(target, resolved, old)
 
     def drop(self, source: KeyPath, value: Any, reason: str) -> None:
         if isinstance(value, dict):
@@ -378,145 +320,97 @@ class _Migrator:
             return
         if _inert(source, value if resolved is _UNRESOLVED else resolved):
             self.inert.append(_dotted(source))
-            return
-        self.note(f"not carried: {_dotted(source)}={_short(value)}: {reason}")
+        else:
+            self.note(f"not carried: {_dotted(source)}={_short(value)}: {reason}")
 
     # -- the legacy sections ----------------------------------------------------------------------
     def section(self, name: str) -> dict[str, Any]:
         value = self.root.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"legacy key {name!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
-            )
-        return value
+        if value is not None and not isinstance(value, dict):
+            raise _bad(name, "a mapping", value)
+        return value or {}
 
     def walk(self, path: KeyPath, value: Any) -> None:
-        """Route one legacy key (and its subtree) to its handler."""
-        if path[-1] == "_target_":
-            return  # Hydra's class pointer, meaningless outside verl
-        if len(path) == 2 and path[0] == "reward_model" and path[1] in _MANAGER_KEYS:
-            return  # handled by manager()
-        if path in _MOVES or path in _DISCRIMINATIVE_MOVES:
+        """Apply the rule table to one legacy key (and its subtree)."""
+        if path[-1] == "_target_" or (
+            len(path) == 2 and path[0] == "reward_model" and path[1] in R.MANAGER_KEYS
+        ):
+            return  # Hydra's class pointer, meaningless outside verl; or manager()'s
+        kind, arg = RULES.get(path, ("", None))
+        if kind in (MOVE, RM_KWARG):
             if isinstance(value, dict | list):
-                raise ConfigError(
-                    f"legacy key {_dotted(path)!r} must be a single value, got {type(value).__name__}: {_short(value)}"
-                )
-            if path in _MOVES:
-                self.carry(path, _MOVES[path], value)
+                raise _bad(_dotted(path), "a single value", value)
+            if kind == MOVE:
+                self.carry(path, arg, value)
             elif value is not None:
                 self.deferred.append((path, value))
-            return
-        if value is not None and not isinstance(value, dict) and _is_section(path):
-            raise ConfigError(
-                f"legacy key {_dotted(path)!r} must be a mapping, got {type(value).__name__}: {_short(value)}"
-            )
-        if path in _DICT_MOVES:
-            self.carry(path, _DICT_MOVES[path], value)
-        elif path in _SECTION_MOVES:
+        elif value is not None and not isinstance(value, dict) and _is_section(path):
+            raise _bad(_dotted(path), "a mapping", value)
+        elif kind == DICT:
+            self.carry(path, arg, value)
+        elif kind == SECTION:
             for k, v in (value or {}).items():
                 if k != "_target_" and v is not None:
                     self.rollout.append((_dotted((*path, k)), k, v))
-        elif path in _DROPS:
+        elif kind == DROP:
             if isinstance(value, dict):  # keys below a dropped section that do carry (fsdp param_offload)
-                keep = {k for k in value if (*path, k) in _MOVES}
+                keep = {k for k in value if RULES.get((*path, k), ("",))[0] == MOVE}
                 for k in keep:
                     self.walk((*path, k), value[k])
                 value = {k: v for k, v in value.items() if k not in keep}
-            self.drop(path, value, _DROPS[path])
+            self.drop(path, value, arg)
         elif isinstance(value, dict) and _is_section(path):
             for k, v in value.items():
                 self.walk((*path, k), v)
         elif value is not None:
-            self.note(
-                f"not carried: {_dotted(path)}={_short(value)}: not a key verl's reward migration knows; "
-                "move it by hand if it matters (custom reward managers take options in "
-                "reward.reward_manager.kwargs)"
-            )
+            self.note(f"not carried: {_dotted(path)}={_short(value)}: {R.UNKNOWN_REASON}")
 
     def manager(self, rm: dict[str, Any]) -> None:
         """``reward_model.reward_manager`` and the ``reward_loop_*`` trio, which only make sense together."""
-        vals = {k: _resolve(rm.get(k), self.root) for k in _MANAGER_KEYS}
+        vals = {k: _resolve(rm.get(k), self.root) for k in R.MANAGER_KEYS}
         for k, v in vals.items():
             if v is _UNRESOLVED:
-                self.note(
-                    f"not carried: reward_model.{k}={_short(rm.get(k))}: it holds an interpolation "
-                    "rewardkit cannot resolve here; set reward.reward_manager by hand"
-                )
+                old, value = f"reward_model.{k}", _short(rm.get(k))
+                self.say("unresolved", old=old, value=value, target="reward_manager", hint="")
                 vals[k] = None
             elif v is not None and not isinstance(v, str):
-                raise ConfigError(
-                    f"legacy key 'reward_model.{k}' must be a string, got {type(v).__name__}: {_short(v)}"
-                )
-        name, source, path, cls = (vals[k] for k in _MANAGER_KEYS)
+                raise ConfigError(R.SAYS["not_str"].format(key=k, type=type(v).__name__, value=_short(v)))
+        name, source, path, cls = (vals[k] for k in R.MANAGER_KEYS)
         if source is not None and source not in ("register", "importlib"):
-            raise ConfigError(
-                f"legacy key 'reward_model.reward_loop_source' must be 'register' or 'importlib', got {source!r}"
-            )
+            raise ConfigError(R.SAYS["bad_source"].format(source=source))
         if source == "importlib":
             cls = cls or (name if name and name != "naive" else None)
-            if not path:
-                raise ConfigError(
-                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but "
-                    "'reward_model.reward_loop_module_path' is not set"
-                )
-            if not cls:
-                raise ConfigError(
-                    "legacy key 'reward_model.reward_loop_source' is 'importlib' but neither "
-                    "'reward_model.reward_loop_class_name' nor 'reward_model.reward_manager' names the class"
-                )
+            if not path or not cls:
+                raise ConfigError(R.SAYS["no_module_path" if not path else "no_class"])
             self.put(("reward_manager", "source"), "importlib", "reward_model.reward_loop_source")
             self.put(("reward_manager", "module", "path"), path, "reward_model.reward_loop_module_path")
-            class_key = (
-                "reward_model.reward_loop_class_name"
-                if vals["reward_loop_class_name"]
-                else "reward_model.reward_manager"
+            by = "reward_model." + (
+                "reward_loop_class_name" if vals["reward_loop_class_name"] else "reward_manager"
             )
-            self.put(("reward_manager", "module", "name"), cls, class_key)
+            self.put(("reward_manager", "module", "name"), cls, by)
             # verl's new loader reads the class from reward_manager.name; rewardkit reads module.name
             # first. Setting both keeps the config right for either reader.
-            self.put(("reward_manager", "name"), cls, class_key)
+            self.put(("reward_manager", "name"), cls, by)
             if name is not None and name != cls and name != "naive":
-                self.note(
-                    f"not carried: reward_model.reward_manager={name!r}: with reward_loop_source=importlib "
-                    f"the manager is the class {cls!r} from {path!r}"
-                )
-            why = _not_a_rewardkit_manager(path, cls)
-            if why:
-                self.note(
-                    f"check reward.reward_manager: class {cls!r} in {path!r} {why}; rewardkit loads only "
-                    "subclasses of rewardkit.managers.base.RewardManager, so the engine will refuse it. "
-                    "Port it (score_rules), or keep verl's reward loop and call rewardkit.integrations.verl"
-                )
+                self.say("name_beside_class", name=name, cls=cls, path=path)
+            if why := _not_a_rewardkit_manager(path, cls):
+                self.say("not_our_manager", cls=cls, path=path, why=why)
             return
         if source == "register":
             self.put(("reward_manager", "source"), "register", "reward_model.reward_loop_source")
         for k in ("reward_loop_module_path", "reward_loop_class_name"):
             if vals[k] is not None:
-                self.note(
-                    f"not carried: reward_model.{k}={vals[k]!r}: only used when "
-                    "reward_model.reward_loop_source is 'importlib'"
-                )
-        if name is not None:
-            renamed = _MANAGER_RENAMES.get(name)
-            if renamed is not None:
-                new_name, executor, why = renamed
-                self.put(("reward_manager", "name"), new_name, "reward_model.reward_manager")
-                if self.out.get("executor") in (None, "auto"):
-                    self.out["executor"] = executor
-                self.note(
-                    f"renamed reward_model.reward_manager={name!r} → reward.reward_manager.name={new_name!r} "
-                    f"with reward.executor={self.out.get('executor')!r}: {why}"
-                )
-            else:
-                self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
-                if name not in _BUILTIN_MANAGERS:
-                    self.note(
-                        f"check reward.reward_manager.name={name!r}: not a rewardkit built-in manager "
-                        f"({', '.join(sorted(_BUILTIN_MANAGERS))}); a verl manager registered in verl "
-                        "is unknown to rewardkit unless a rewardkit plugin registers that name"
-                    )
+                self.say("importlib_only", key=k, value=vals[k])
+        if name in R.MANAGER_RENAMES:
+            new, executor, why = R.MANAGER_RENAMES[name]
+            self.put(("reward_manager", "name"), new, "reward_model.reward_manager")
+            if self.out.get("executor") in (None, "auto"):
+                self.out["executor"] = executor
+            self.say("renamed_manager", name=name, new=new, executor=self.out.get("executor"), why=why)
+        elif name is not None:
+            self.put(("reward_manager", "name"), name, "reward_model.reward_manager")
+            if name not in R.BUILTIN_MANAGERS:
+                self.say("unknown_manager", name=name, builtins=", ".join(sorted(R.BUILTIN_MANAGERS)))
 
     # -- new-layout clean-up -----------------------------------------------------------------------
     def tidy_new(self) -> None:
@@ -532,7 +426,7 @@ class _Migrator:
                     strip(v, (*path, k))
 
         strip(self.out, ("reward",))
-        for path, new_key in _RENAMED.items():
+        for path, new_key in R.RENAMED.items():
             parent = _get(self.out, path[:-1])
             if isinstance(parent, dict) and path[-1] in parent and new_key not in parent:
                 parent[new_key] = parent.pop(path[-1])
@@ -548,33 +442,22 @@ class _Migrator:
             self.put(("reward_manager", "kwargs"), kwargs, "reward.reward_kwargs")
         csk = self.out.pop("compute_score_kwargs", None)
         if csk:
-            self.note(
-                f"not carried: reward.compute_score_kwargs={_short(csk)}: rewardkit passes options to "
-                "built-in scorers per scorer (reward.scorers[*].kwargs); add them there"
-            )
-        model = self.out.get("reward_model")
-        rollout = model.get("rollout") if isinstance(model, dict) else None
-        if isinstance(rollout, dict):
-            for k in [
-                k for k in rollout if k in _VERL_ROLLOUT_DEFAULTS and k not in _GENERATIVE_ROLLOUT.values()
-            ]:
-                value = rollout.pop(k)
-                if value is not None:
-                    self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
+            self.say("score_kwargs", value=_short(csk))
+        rollout = _get(self.out, ("reward_model", "rollout"))
+        for k in [k for k in rollout if k in R.VERL_ONLY_ROLLOUT] if isinstance(rollout, dict) else ():
+            value = rollout.pop(k)
+            if value is not None:
+                self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
         rm = self.out.get("reward_manager")
-        if isinstance(rm, dict) and rm.get("source") == "importlib":
-            module = rm.get("module")
-            if (
-                isinstance(module, dict)
-                and module.get("name") in (None, "custom_reward_manager")
-                and rm.get("name")
-            ):
-                if module.get("name") is not None:
-                    self.note(
-                        f"set reward.reward_manager.module.name={rm['name']!r} (was 'custom_reward_manager', "
-                        "verl's module alias): rewardkit reads the class name there"
-                    )
-                module["name"] = rm["name"]
+        module = rm.get("module") if isinstance(rm, dict) and rm.get("source") == "importlib" else None
+        if (
+            isinstance(module, dict)
+            and module.get("name") in (None, "custom_reward_manager")
+            and rm.get("name")
+        ):
+            if module.get("name") is not None:
+                self.say("module_alias", name=rm["name"])
+            module["name"] = rm["name"]
 
     # -- after the move ----------------------------------------------------------------------------
     def pick_backend(self, rm: dict[str, Any]) -> None:
@@ -583,43 +466,26 @@ class _Migrator:
             return
         self.picked_backend = True
         has_fn = bool(_get(self.out, ("custom_reward_function", "path")))
-        served = bool(self.rollout)
-        if has_fn and served:
+        if has_fn and self.rollout:
             rm["backend"] = "generative"
-            self.note(
-                "set reward.reward_model.backend='generative': in verl's reward loop a served reward model "
-                "next to custom_reward_function is a generative judge your function called through "
-                "reward_router_address; rewardkit calls it itself and adds its score as component 'rm' "
-                "beside your function's: check reward.reward_model.weight and the backend's kwargs"
-            )
-            return
+            return self.say("judge")
         rm["backend"] = "discriminative"
-        note = (
-            "set reward.reward_model.backend='discriminative': verl's reward model without a custom "
-            "function was a sequence-classification model"
-        )
-        if has_fn:
-            note += (
-                "; verl's legacy workers then used the model's score alone and ignored "
-                "custom_reward_function, while rewardkit adds both: check this is what you want"
-            )
-        self.note(note)
+        self.note(R.SAYS["classifier"] + (R.SAYS["classifier_and_fn"] if has_fn else ""))
 
     def map_rollout(self, old: str, key: str, value: Any, *, generative: bool) -> None:
         """One key of verl's ``reward_model.rollout``: mapped for the generative judge, else dropped."""
         resolved = _resolve(value, self.root)
-        if key not in _VERL_ROLLOUT_DEFAULTS:  # not verl's: the user added it for a reason
+        if key not in R.VERL_ROLLOUT_DEFAULTS:  # not verl's: the user added it for a reason
             self.carry(old, ("reward_model", "rollout", key), value)
-        elif resolved is not _UNRESOLVED and resolved == _VERL_ROLLOUT_DEFAULTS[key]:
+        elif resolved is not _UNRESOLVED and resolved == R.VERL_ROLLOUT_DEFAULTS[key]:
             self.inert.append(old)
-        elif generative and key in _GENERATIVE_ROLLOUT:
-            self.carry(old, ("reward_model", "rollout", _GENERATIVE_ROLLOUT[key]), value)
+        elif generative and key in R.GENERATIVE_ROLLOUT:
+            self.carry(old, ("reward_model", "rollout", R.GENERATIVE_ROLLOUT[key]), value)
         elif key in ("disaggregation", "engine_kwargs") and isinstance(resolved, dict) and _all_off(resolved):
             self.inert.append(old)
-        elif key in _SERVER_KEYS:
-            self.note(f"not carried: {old}={_short(value)}: {_SERVER_REASON}")
         else:
-            self.note(f"not carried: {old}={_short(value)}: {_GENERATION_REASON}")
+            reason = R.SERVER_REASON if key in R.SERVER_KEYS else R.GENERATION_REASON
+            self.note(f"not carried: {old}={_short(value)}: {reason}")
 
     def map_server(self, rm: dict[str, Any], backend: str) -> list[tuple[str, str, Any]]:
         """verl's server-launch rollout keys and RM resource-pool keys → ``reward.reward_model.server``.
@@ -629,78 +495,50 @@ class _Migrator:
         values = {k: _resolve(v, self.root) for _, k, v in self.rollout}
         olds = {k: old for old, k, _ in self.rollout}
         engine = values.get("name") or "vllm"
+        name_key = olds.get("name", "reward_model.rollout.name")
         if engine not in ("vllm", "sglang"):
-            self.note(
-                f"not carried: {olds.get('name', 'reward_model.rollout.name')}={engine!r}: rewardkit has no "
-                "launcher preset for it; set reward.reward_model.server with engine: command"
-            )
+            self.say("no_preset", old=name_key, engine=engine)
             return self.rollout
-        self.put(("reward_model", "server", "engine"), engine, olds.get("name", "reward_model.rollout.name"))
-        sizes = {}
-        for key in _SERVER_TOPOLOGY:
-            size = values.get(key, _VERL_ROLLOUT_DEFAULTS[key])
-            sizes[key] = size if isinstance(size, int) and size > 0 else 1
-        gpus = sizes["tensor_model_parallel_size"] * sizes["data_parallel_size"]
-        gpus *= sizes["pipeline_model_parallel_size"]
+        server = ("reward_model", "server")
+        self.put((*server, "engine"), engine, name_key)
+        sizes = {k: values.get(k, R.VERL_ROLLOUT_DEFAULTS[k]) for k in R.SERVER_TOPOLOGY}
+        sizes = {k: n if isinstance(n, int) and n > 0 else 1 for k, n in sizes.items()}
+        gpus = math.prod(sizes.values())
         prefix = next(iter(olds.values())).rsplit(".", 1)[0]
-        topology = " × ".join(f"{prefix}.{k}" for k in _SERVER_TOPOLOGY) + " (verl's defaults where unset)"
-        self.put(("reward_model", "server", "gpus_per_replica"), gpus, topology)
+        topology = " × ".join(f"{prefix}.{k}" for k in R.SERVER_TOPOLOGY) + " (verl's defaults where unset)"
+        self.put((*server, "gpus_per_replica"), gpus, topology)
         pool = bool(rm.get("enable_resource_pool"))
         total = int(rm.get("n_gpus_per_node") or 0) * max(int(rm.get("nnodes") or 0), 1)
         if pool and total:
-            self.put(
-                ("reward_model", "server", "replicas"),
-                max(1, total // gpus),
-                "n_gpus_per_node × nnodes / gpus",
-            )
+            self.put((*server, "replicas"), max(1, total // gpus), "n_gpus_per_node × nnodes / gpus")
         elif not pool:
-            self.note(
-                "reward.reward_model.server.replicas is 1: verl sized a colocated reward model by the "
-                "trainer's pool; set it to that pool's GPUs / gpus_per_replica"
-            )
-        self.put(
-            ("reward_model", "server", "placement"),
-            "standalone" if pool else "colocated",
-            "reward_model.enable_resource_pool",
-        )
-        for key, flags in _SERVER_ENGINE_ARGS.items():
+            self.say("one_replica")
+        placement = "standalone" if pool else "colocated"
+        self.put((*server, "placement"), placement, "reward_model.enable_resource_pool")
+        args = (*server, "engine_args")
+        for key, flags in R.SERVER_ENGINE_ARGS.items():
             if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
-                flag = flags[engine]
-                if flag is None:
+                if flags[engine] is None:
                     self.note(f"not carried: {olds[key]}={_short(values[key])}: {engine} has no such flag")
                 else:
-                    self.put(("reward_model", "server", "engine_args", flag), values[key], olds[key])
+                    self.put((*args, flags[engine]), values[key], olds[key])
         if gpus != sizes["tensor_model_parallel_size"]:  # the preset's TP = gpus_per_replica no longer holds
-            names = ("tp_size", "dp_size", "pp_size") if engine == "sglang" else (
-                "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size"
-            )  # fmt: skip
-            for flag, key in zip(names, _SERVER_TOPOLOGY, strict=True):
-                self.put(("reward_model", "server", "engine_args", flag), sizes[key], f"{prefix}.{key}")
+            for flag, key in zip(R.SERVER_TOPOLOGY_FLAGS[engine], R.SERVER_TOPOLOGY, strict=True):
+                self.put((*args, flag), sizes[key], f"{prefix}.{key}")
         kwargs = values.get("engine_kwargs")
         if isinstance(kwargs, dict) and isinstance(kwargs.get(engine), dict):
             for k, v in kwargs[engine].items():
-                self.put(
-                    ("reward_model", "server", "engine_args", k), v, f"{olds['engine_kwargs']}.{engine}.{k}"
-                )
+                self.put((*args, k), v, f"{olds['engine_kwargs']}.{engine}.{k}")
         if values.get("free_cache_engine") is False:
-            self.note(
-                f"not carried: {olds['free_cache_engine']}=False: rewardkit puts colocated servers to sleep "
-                "between batches; set reward.reward_model.server.placement: standalone to keep them awake"
-            )
-        if backend == "discriminative" and getattr(self, "picked_backend", False):
+            self.say("keep_awake", old=olds["free_cache_engine"])
+        if backend == "discriminative" and self.picked_backend:
             rm["backend"] = "served-classifier"
-            self.note(
-                "set reward.reward_model.backend='served-classifier': verl served this sequence-classification "
-                "model and scored through /classify; rewardkit launches reward.reward_model.server and does the same"
-            )
-        generative = backend == "generative"
-        return [
-            (old, k, v)
-            for old, k, v in self.rollout
-            if k not in _SERVER_KEYS or (generative and k in _GENERATIVE_ROLLOUT)
-        ]
+            self.say("served_classifier")
+        judge = R.GENERATIVE_ROLLOUT if backend == "generative" else {}
+        return [(o, k, v) for o, k, v in self.rollout if k not in R.SERVER_KEYS or k in judge]
 
     def finish(self) -> None:
+        """What needs the whole config: the RM backend, its kwargs and server, DAPO's length, inert keys."""
         rm = self.out.get("reward_model")
         if not isinstance(rm, dict):
             rm = {}
@@ -708,38 +546,24 @@ class _Migrator:
         if enabled and self.provenance.get(("reward_model", "enable")):
             self.pick_backend(rm)
         backend = rm.get("backend", "generative") if isinstance(rm, dict) else "generative"
+        unused = R.SAYS["rm_kwarg"].format(state=f"is {backend!r}" if enabled else "is off")
         for path, value in self.deferred:
             if enabled and backend == "discriminative":
-                self.carry(path, _DISCRIMINATIVE_MOVES[path], value)
+                self.carry(path, RULES[path][1], value)
             else:
-                state = f"is {backend!r}" if enabled else "is off"
-                self.drop(
-                    path,
-                    value,
-                    f"only rewardkit's discriminative backend uses it (this reward model {state})",
-                )
+                self.drop(path, value, unused)
         if enabled and self.rollout:
             self.rollout = self.map_server(rm, backend)
             backend = rm.get("backend", backend)
         for old, key, value in self.rollout:
             self.map_rollout(old, key, value, generative=enabled and backend == "generative")
-        mgr = self.out.get("reward_manager")
-        kwargs = mgr.get("kwargs") if isinstance(mgr, dict) else None
-        if (
-            isinstance(kwargs, dict)
-            and "overlong_buffer_cfg" in kwargs
-            and "max_resp_len" not in kwargs
-            and isinstance(_get(self.root, ("data", "max_response_length")), int)
-        ):
-            self.put(
-                ("reward_manager", "kwargs", "max_resp_len"),
-                _get(self.root, ("data", "max_response_length")),
-                "data.max_response_length",
-            )
+        kwargs = _get(self.out, ("reward_manager", "kwargs"))
+        max_len = _get(self.root, ("data", "max_response_length"))
+        fill = isinstance(kwargs, dict) and "overlong_buffer_cfg" in kwargs and "max_resp_len" not in kwargs
+        if fill and isinstance(max_len, int):  # the DAPO manager's overlong penalty needs the length
+            self.put(("reward_manager", "kwargs", "max_resp_len"), max_len, "data.max_response_length")
         if self.inert:
-            self.note(
-                "ignored legacy keys left at values that set nothing in rewardkit: " + ", ".join(self.inert)
-            )
+            self.say("inert", keys=", ".join(self.inert))
 
 
 def migrate_legacy(config: Any, *, warn: bool = True, validate: bool = True) -> Migration:
