@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rewardkit.config",
             "rewardkit.migrate_rules",
             "rewardkit.migrate",
+            "rewardkit.hydra_overrides",
             "rewardkit.hookspecs",
             "rewardkit.registry",
             "rewardkit.plugins",
@@ -255,6 +256,6 @@ def test_every_module_is_in_the_architecture_table():
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: p.relative_to(SRC).as_posix())
 def test_modules_stay_small(path):
     # docs/architecture.md: one concept per module, about 500 lines at most; the exceptions say why there.
-    allowed = {"migrate.py": 680, "server_app.py": 560}
+    allowed = {"migrate.py": 650, "server_app.py": 560}
     limit = allowed.get(path.relative_to(SRC).as_posix(), 520)
     assert len(path.read_text(encoding="utf-8").splitlines()) <= limit

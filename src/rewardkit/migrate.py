@@ -22,9 +22,8 @@ from __future__ import annotations
 import copy
 import math
 import os
-import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +32,7 @@ import yaml
 from rewardkit import migrate_rules as R
 from rewardkit.config import LEGACY_SECTIONS, looks_legacy, read_yaml
 from rewardkit.errors import ConfigError
+from rewardkit.hydra_overrides import overrides_to_config
 from rewardkit.migrate_rules import DICT, DROP, MOVE, RM_KWARG, RULES, SECTION, KeyPath
 
 __all__ = [
@@ -449,7 +449,9 @@ class _Migrator:
             if value is not None:
                 self.rollout.append((f"reward.reward_model.rollout.{k}", k, value))
         rm = self.out.get("reward_manager")
-        module = rm.get("module") if isinstance(rm, dict) and rm.get("source") == "importlib" else None
+        if not isinstance(rm, dict):
+            return
+        module = rm.get("module") if rm.get("source") == "importlib" else None
         if (
             isinstance(module, dict)
             and module.get("name") in (None, "custom_reward_manager")
@@ -518,10 +520,11 @@ class _Migrator:
         args = (*server, "engine_args")
         for key, flags in R.SERVER_ENGINE_ARGS.items():
             if key in values and values[key] is not None and values[key] is not _UNRESOLVED:
-                if flags[engine] is None:
+                flag = flags[engine]
+                if flag is None:
                     self.note(f"not carried: {olds[key]}={_short(values[key])}: {engine} has no such flag")
                 else:
-                    self.put((*args, flags[engine]), values[key], olds[key])
+                    self.put((*args, flag), values[key], olds[key])
         if gpus != sizes["tensor_model_parallel_size"]:  # the preset's TP = gpus_per_replica no longer holds
             for flag, key in zip(R.SERVER_TOPOLOGY_FLAGS[engine], R.SERVER_TOPOLOGY, strict=True):
                 self.put((*args, flag), sizes[key], f"{prefix}.{key}")
@@ -621,47 +624,6 @@ def _validate(result: dict[str, Any], provenance: dict[KeyPath, str], origin: st
                     break
         head = f"the migrated config{f' from {origin}' if origin else ''} is invalid: "
         raise ConfigError(head + "\n".join(lines)) from None
-
-
-_OVERRIDE = re.compile(r"^(?P<prefix>~|\+\+|\+)?(?P<key>[A-Za-z_][\w.]*)(?:=(?P<value>.*))?$", re.S)
-
-
-def overrides_to_config(overrides: Iterable[str]) -> dict[str, Any]:
-    """Turn Hydra command-line overrides (``reward_model.reward_manager=dapo``, ``+a.b=1``) into a config.
-
-    For the overrides in a verl run script: ``migrate_legacy(overrides_to_config(args))``. Values
-    are parsed as Hydra does for the common cases (numbers, booleans, ``null``, quoted strings,
-    ``[lists]``, ``{mappings}``); deletions (``~key``) are ignored. Raises ConfigError naming a
-    malformed override.
-    """
-    out: dict[str, Any] = {}
-    for raw in overrides:
-        text = raw.strip()
-        if not text:
-            continue
-        m = _OVERRIDE.match(text)
-        if m is None or (m["value"] is None and m["prefix"] != "~"):
-            raise ConfigError(f"not a Hydra override (key=value): {raw!r}")
-        if m["prefix"] == "~":
-            continue
-        value_text = m["value"]
-        if value_text.startswith("{"):
-            value_text = re.sub(r":(?=[^\s/])", ": ", value_text)  # Hydra's {a:1} is YAML's {a: 1}
-        try:
-            value = yaml.safe_load(value_text) if value_text != "" else ""
-        except yaml.YAMLError:
-            value = m["value"]
-        node = out
-        parts = m["key"].split(".")
-        for part in parts[:-1]:
-            nxt = node.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(
-                    f"override {raw!r} sets a key below {part!r}, which an earlier override set to a value"
-                )
-            node = nxt
-        node[parts[-1]] = value
-    return out
 
 
 def migrate_file(src: str | os.PathLike, dst: str | os.PathLike | None = None, *, warn: bool = True) -> str:
