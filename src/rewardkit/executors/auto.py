@@ -30,6 +30,17 @@ def cheap_refs(config: RewardConfig) -> frozenset[str]:
     return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
 
 
+def cheap_here(specs: Iterable[ScorerSpec], cheap: frozenset[str]) -> bool:
+    """Whether every spec is a sync, one-sample scorer among ``cheap`` and no caller deadline is set
+    (scorers that may run in the calling thread)."""
+    from rewardkit.executors.inline import caller_deadline
+    from rewardkit.scoring import signature_of
+
+    if caller_deadline() is not None:
+        return False
+    return all(s.ref in cheap and not s.batch and not signature_of(s.fn).is_async for s in specs)
+
+
 class AutoExecutor(Executor):
     """Inline for batches of ``cheap`` scorers without a deadline, the process pool for the rest."""
 
@@ -41,6 +52,10 @@ class AutoExecutor(Executor):
         self.cheap = frozenset() if self.deadline else cheap_refs(config)
         self._inline: Executor | None = None
         self._process: Executor | None = None
+
+    def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
+        """True for ``cheap`` sync scorers without a deadline: where :meth:`choose` picks inline."""
+        return not self.deadline and cheap_here(specs, self.cheap)
 
     def choose(self, specs: Iterable[ScorerSpec]) -> Executor:
         """The executor a batch of these scorers goes to (created on first use)."""

@@ -7,12 +7,15 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rewardkit.executors.base import Executor, ScoreTask
 from rewardkit.result import SampleResult
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
+
+if TYPE_CHECKING:
+    from rewardkit.scoring import ScorerSpec
 
 #: A ``time.monotonic()`` deadline set by the caller (a Ray worker passes on what is left of the
 #: manager's batch deadline); the inline executor stops at the earlier of it and ``batch_timeout_s``.
@@ -36,6 +39,11 @@ def batch_deadline(deadline: float | None) -> Iterator[None]:
         _CALLER_DEADLINE.reset(token)
 
 
+def caller_deadline() -> float | None:
+    """The deadline set by :func:`batch_deadline` around this call, or ``None``."""
+    return _CALLER_DEADLINE.get()
+
+
 class InlineExecutor(Executor):
     """Runs sync scorers one after another in a helper thread (so an event loop is never blocked)
     and async scorers concurrently, up to ``max_concurrency``.
@@ -47,6 +55,21 @@ class InlineExecutor(Executor):
     """
 
     name = "inline"
+
+    def __init__(self, config: Any):
+        super().__init__(config)
+        self._cheap: frozenset[str] | None = None
+
+    def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
+        """True for ``cheap`` sync scorers when no batch deadline applies: calling them in this
+        thread gives what :meth:`run`'s helper thread would."""
+        from rewardkit.executors.auto import cheap_here, cheap_refs
+
+        if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
+            return False
+        if self._cheap is None:
+            self._cheap = cheap_refs(self.config)
+        return cheap_here(specs, self._cheap)
 
     def _deadline(self) -> float | None:
         limits = [d for d in (_CALLER_DEADLINE.get(),) if d is not None]

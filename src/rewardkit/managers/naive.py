@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Sequence
 
 from rewardkit.batch import Sample
+from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
-from rewardkit.managers.base import RewardManager, run_tasks
+from rewardkit.managers.base import RewardManager, copy_result, dedup_key, run_tasks
 from rewardkit.result import SampleResult
+from rewardkit.scoring import ScorerSpec, error_result, invoke
 
 
 class NaiveRewardManager(RewardManager):
@@ -46,3 +48,58 @@ class NaiveRewardManager(RewardManager):
             jobs.append(score_single())
         await asyncio.gather(*jobs)
         return out
+
+    def score_now(self, samples: Sequence[Sample]) -> list[SampleResult] | None:
+        """The whole batch in this thread when no reward model is on and the executor lets every
+        routed scorer run here (``cheap`` built-ins, no deadline): routing, unroutable failures and
+        dedup exactly as :meth:`ascore` does them, no event loop, no thread, no executor call."""
+        context = self.context
+        if context.backend is not None:
+            return None
+        specs: list[ScorerSpec | None] = []
+        failed: dict[int, SampleResult] = {}
+        distinct: dict[int, ScorerSpec] = {}
+        route = context.route
+        for pos, sample in enumerate(samples):
+            try:
+                spec = route(sample)
+            except SampleError as e:
+                failed[pos] = context.unroutable_result(e)
+                spec = None
+            else:
+                if id(spec) not in distinct:
+                    distinct[id(spec)] = spec  # type: ignore[assignment]
+            specs.append(spec)
+        if not context.executor.runs_here(distinct.values()):
+            return None
+        limit = context.config.max_input_chars
+        todo = [pos for pos in range(len(samples)) if pos not in failed] if failed else range(len(samples))
+        out: list[SampleResult | None] = [None] * len(samples)
+        for pos, r in failed.items():
+            out[pos] = r
+        if not context.config.dedup or len(todo) < 2:
+            for pos in todo:
+                out[pos] = _invoke_here(specs[pos], samples[pos], limit)  # type: ignore[arg-type]
+            return out  # type: ignore[return-value]
+        first: dict[tuple, SampleResult] = {}
+        for pos in todo:
+            spec, sample = specs[pos], samples[pos]
+            key = dedup_key(spec, sample)  # type: ignore[arg-type]
+            seen = first.get(key)
+            if seen is None:
+                out[pos] = first[key] = _invoke_here(spec, sample, limit)  # type: ignore[arg-type]
+            else:
+                out[pos] = copy_result(seen)  # duplicates get copies, as run_tasks hands them out
+        return out  # type: ignore[return-value]
+
+
+def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
+    """One scorer call as the inline executor's helper thread makes it: every failure typed."""
+    try:
+        return invoke(spec, sample, limit)
+    except asyncio.CancelledError as e:  # raised by the scorer itself: nothing cancels this call
+        return error_result(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - building the result raised (a broken __str__)
+        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
