@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rewardkit.batch import Sample
 from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
-from rewardkit.managers.base import RewardManager, copy_result, dedup_key, run_tasks
+from rewardkit.managers.base import RewardManager, run_tasks
 from rewardkit.result import SampleResult
 from rewardkit.scoring import ScorerSpec, error_result, invoke
 
@@ -51,8 +51,8 @@ class NaiveRewardManager(RewardManager):
 
     def score_now(self, samples: Sequence[Sample]) -> list[SampleResult] | None:
         """The whole batch in this thread when no reward model is on and the executor lets every
-        routed scorer run here (``cheap`` built-ins, no deadline): routing, unroutable failures and
-        dedup exactly as :meth:`ascore` does them, no event loop, no thread, no executor call."""
+        routed scorer run here (``cheap`` built-ins, no deadline): routing and unroutable failures
+        exactly as :meth:`ascore` does them, no event loop, no thread, no executor call."""
         context = self.context
         if context.backend is not None:
             return None
@@ -72,25 +72,13 @@ class NaiveRewardManager(RewardManager):
             specs.append(spec)
         if not context.executor.runs_here(distinct.values()):
             return None
+        # No dedup here: a cheap scorer is pure, so a duplicate scored again gets what the copy
+        # run_tasks would hand it holds, and its dedup key costs as much as the call.
         limit = context.config.max_input_chars
-        todo = [pos for pos in range(len(samples)) if pos not in failed] if failed else range(len(samples))
-        out: list[SampleResult | None] = [None] * len(samples)
-        for pos, r in failed.items():
-            out[pos] = r
-        if not context.config.dedup or len(todo) < 2:
-            for pos in todo:
-                out[pos] = _invoke_here(specs[pos], samples[pos], limit)  # type: ignore[arg-type]
-            return out  # type: ignore[return-value]
-        first: dict[tuple, SampleResult] = {}
-        for pos in todo:
-            spec, sample = specs[pos], samples[pos]
-            key = dedup_key(spec, sample)  # type: ignore[arg-type]
-            seen = first.get(key)
-            if seen is None:
-                out[pos] = first[key] = _invoke_here(spec, sample, limit)  # type: ignore[arg-type]
-            else:
-                out[pos] = copy_result(seen)  # duplicates get copies, as run_tasks hands them out
-        return out  # type: ignore[return-value]
+        return [
+            failed[pos] if spec is None else _invoke_here(spec, sample, limit)
+            for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True))
+        ]
 
 
 def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
