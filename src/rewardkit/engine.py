@@ -169,11 +169,24 @@ class RewardEngine:
         with paused_gc(batch_size(samples)):
             return self._score_here(self._samples(samples, tokenizer))
 
+    def score_here(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> list[SampleResult] | None:
+        """:meth:`compute_here` without the batch metrics: the per-sample results, or ``None``."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        batch = self._samples(samples, tokenizer)
+        with paused_gc(len(batch)):
+            results = self.manager.score_now(batch)
+        if results is not None and len(results) != len(batch):
+            self._gather(results, batch, 0.0)  # raises, naming the manager
+        return results
+
     def score_one(self, sample: Any) -> SampleResult:
         """Score one sample (a record or :class:`Sample`): in this thread where :meth:`compute_here`
         applies, else through :meth:`compute`."""
-        result = self.compute_here([sample])
-        return (result if result is not None else self.compute([sample])).samples[0]
+        results = self.score_here([sample])
+        return results[0] if results is not None else self.compute([sample]).samples[0]
 
     def _samples(self, samples: Iterable[Any] | Any, tokenizer: Any) -> list[Sample]:
         return as_samples(samples, tokenizer=tokenizer if tokenizer is not None else self.tokenizer)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.executors.base import Executor, ScoreTask
+from rewardkit.executors.inline import CheapCheck
 
 if TYPE_CHECKING:
     from rewardkit.batch import Sample
@@ -30,17 +31,6 @@ def cheap_refs(config: RewardConfig) -> frozenset[str]:
     return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
 
 
-def cheap_here(specs: Iterable[ScorerSpec], cheap: frozenset[str]) -> bool:
-    """Whether every spec is a sync, one-sample scorer among ``cheap`` and no caller deadline is set
-    (scorers that may run in the calling thread)."""
-    from rewardkit.executors.inline import caller_deadline
-    from rewardkit.scoring import signature_of
-
-    if caller_deadline() is not None:
-        return False
-    return all(s.ref in cheap and not s.batch and not signature_of(s.fn).is_async for s in specs)
-
-
 class AutoExecutor(Executor):
     """Inline for batches of ``cheap`` scorers without a deadline, the process pool for the rest."""
 
@@ -50,12 +40,13 @@ class AutoExecutor(Executor):
         super().__init__(config)
         self.deadline = config.batch_timeout_s is not None or "timeout_s" in config.model_fields_set
         self.cheap = frozenset() if self.deadline else cheap_refs(config)
+        self._cheap_here = CheapCheck(self.cheap)
         self._inline: Executor | None = None
         self._process: Executor | None = None
 
     def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
         """True for ``cheap`` sync scorers without a deadline: where :meth:`choose` picks inline."""
-        return not self.deadline and cheap_here(specs, self.cheap)
+        return not self.deadline and self._cheap_here(specs)
 
     def choose(self, specs: Iterable[ScorerSpec]) -> Executor:
         """The executor a batch of these scorers goes to (created on first use)."""

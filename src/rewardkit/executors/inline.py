@@ -44,6 +44,30 @@ def caller_deadline() -> float | None:
     return _CALLER_DEADLINE.get()
 
 
+class CheapCheck:
+    """``check(specs)``: whether every spec is a sync, one-sample scorer among ``cheap`` refs and no
+    caller deadline is set (scorers that may run in the calling thread); the answer per spec is kept."""
+
+    def __init__(self, cheap: frozenset[str]):
+        self.cheap = cheap
+        self._seen: dict[int, tuple[ScorerSpec, bool]] = {}  # by id; the spec is kept alive here
+
+    def __call__(self, specs: Iterable[ScorerSpec]) -> bool:
+        if _CALLER_DEADLINE.get() is not None:
+            return False
+        seen = self._seen
+        for spec in specs:
+            hit = seen.get(id(spec))
+            if hit is None or hit[0] is not spec:
+                ok = spec.ref in self.cheap and not spec.batch and not signature_of(spec.fn).is_async
+                if len(seen) > 1024:
+                    seen.clear()
+                hit = seen[id(spec)] = (spec, ok)
+            if not hit[1]:
+                return False
+        return True
+
+
 class InlineExecutor(Executor):
     """Runs sync scorers one after another in a helper thread (so an event loop is never blocked)
     and async scorers concurrently, up to ``max_concurrency``.
@@ -58,18 +82,18 @@ class InlineExecutor(Executor):
 
     def __init__(self, config: Any):
         super().__init__(config)
-        self._cheap: frozenset[str] | None = None
+        self._cheap: CheapCheck | None = None
 
     def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
         """True for ``cheap`` sync scorers when no batch deadline applies: calling them in this
         thread gives what :meth:`run`'s helper thread would."""
-        from rewardkit.executors.auto import cheap_here, cheap_refs
-
         if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
             return False
         if self._cheap is None:
-            self._cheap = cheap_refs(self.config)
-        return cheap_here(specs, self._cheap)
+            from rewardkit.executors.auto import cheap_refs
+
+            self._cheap = CheapCheck(cheap_refs(self.config))
+        return self._cheap(specs)
 
     def _deadline(self) -> float | None:
         limits = [d for d in (_CALLER_DEADLINE.get(),) if d is not None]

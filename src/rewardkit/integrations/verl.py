@@ -45,7 +45,7 @@ from rewardkit.integrations.sample_info import info_keys, reported_score, sample
 
 if TYPE_CHECKING:
     from rewardkit.engine import RewardEngine
-    from rewardkit.result import RewardResult
+    from rewardkit.result import RewardResult, SampleResult
 
 #: Environment variable holding a rewardkit config path (or inline JSON) for the verl adapters.
 ENV_CONFIG = "REWARDKIT_CONFIG"
@@ -56,7 +56,10 @@ _ENGINES_LOCK = threading.Lock()
 
 def _plain(value: Any) -> Any:
     """OmegaConf containers and numpy scalars/arrays as plain Python data."""
-    mod = type(value).__module__.split(".")[0]
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    mod = kind.__module__.split(".")[0]
     if mod == "omegaconf":
         from omegaconf import OmegaConf
 
@@ -215,7 +218,9 @@ def compute_score(
     """
     engine = _engine_for(rewardkit_config)
     record = _record(data_source, solution_str, ground_truth, extra_info)
-    return sample_info(engine.score_one(record), engine.config)
+    results = engine.score_here([record])
+    result = results[0] if results is not None else engine.compute([record]).samples[0]
+    return sample_info(result, engine.config)
 
 
 def _record(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> dict[str, Any]:
@@ -241,10 +246,10 @@ async def acompute_score(
     """
     engine = _engine_for(rewardkit_config)
     records = [_record(data_source, solution_str, ground_truth, extra_info)]
-    result = engine.compute_here(records)
-    if result is None:
-        result = await engine.acompute(records)
-    return sample_info(result.samples[0], engine.config)
+    results = engine.score_here(records)
+    if results is None:
+        results = (await engine.acompute(records)).samples
+    return sample_info(results[0], engine.config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +389,7 @@ class RewardKitRewardManager:
         result = self.engine.compute(samples)
         reward_tensor = result.token_level_rewards(response_mask)
         if self.num_examine > 0:
-            self._examine(samples, result)
+            self._examine(samples, result.samples)
         return result, reward_tensor, samples
 
     def info_keys(self) -> list[str]:
@@ -437,15 +442,14 @@ class RewardKitRewardManager:
         for its ``val-core`` metrics, ``maj@N`` and ``filter_groups``).
         """
         samples, _ = self.samples(data[-1:])  # the prompt is decoded only if something reads it
-        result = self.engine.compute_here(samples)  # cheap scorers: here, no thread, no executor
-        if result is None:
-            result = await self.engine.acompute(samples)
-        self._examine(samples, result)
-        info = self.sample_infos(result, samples)[0]
-        return {
-            "reward_score": reported_score(result.samples[0], self.engine.config),
-            "reward_extra_info": info,
-        }
+        results = self.engine.score_here(samples)  # cheap scorers: here, no thread, no executor
+        if results is None:
+            results = (await self.engine.acompute(samples)).samples
+        if self.num_examine > 0:
+            self._examine(samples, results)
+        info = sample_info(results[0], self.engine.config)
+        info["empty_response"] = samples[0].response_length == 0
+        return {"reward_score": reported_score(results[0], self.engine.config), "reward_extra_info": info}
 
     @classmethod
     def assemble_rm_scores(cls, data: Any, scores: list[float]) -> Any:
@@ -459,10 +463,10 @@ class RewardKitRewardManager:
         )
         return result.token_level_rewards(response_mask)
 
-    def _examine(self, samples: list[Any], result: RewardResult) -> None:
+    def _examine(self, samples: list[Any], results: list[SampleResult]) -> None:
         if self.num_examine <= 0:
             return
-        for s, r in zip(samples, result.samples, strict=True):
+        for s, r in zip(samples, results, strict=True):
             ds = str(s.data_source)
             if self._printed.get(ds, 0) >= self.num_examine:
                 continue
