@@ -137,6 +137,9 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
 
 def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
     """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
+    if len(ids) == 1:  # verl's per-sample calls: two tolist() beat four tensor ops
+        row = [t for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m != 0]
+        return [row], [len(row)]
     keep = mask != 0
     lengths = keep.sum(dim=-1).tolist()
     return [row.tolist() for row in ids[keep].split(lengths)], lengths

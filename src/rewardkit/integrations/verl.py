@@ -441,7 +441,8 @@ class RewardKitRewardManager:
         included (verl's reward loop takes the keys from the first sample only, and reads ``acc``
         for its ``val-core`` metrics, ``maj@N`` and ``filter_groups``).
         """
-        samples, _ = self.samples(data[-1:])  # the prompt is decoded only if something reads it
+        one = data if len(data) == 1 else data[-1:]
+        samples, _ = self.samples(one)  # the prompt is decoded only if something reads it
         results = self.engine.score_here(samples)  # cheap scorers: here, no thread, no executor
         if results is None:
             results = (await self.engine.acompute(samples)).samples
