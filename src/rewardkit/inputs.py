@@ -119,6 +119,22 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
     """
     if tokenizer is None:
         raise ValueError("decoding token ids needs a tokenizer: pass tokenizer= (or give the engine one)")
+    clean = getattr(tokenizer, "clean_up_tokenization_spaces", False)
+    hit = _DECODERS.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer and hit[1] == clean:
+        return hit[2]
+    decode = _batch_decoder(tokenizer)
+    if len(_DECODERS) >= 16:
+        _DECODERS.clear()
+    _DECODERS[id(tokenizer)] = (tokenizer, clean, decode)
+    return decode
+
+
+#: ``id(tokenizer)`` → ``(tokenizer, its clean_up_tokenization_spaces, decoder)`` (per-sample calls reuse it).
+_DECODERS: dict[int, tuple[Any, Any, Callable[[list[list[int]]], list[str]]]] = {}
+
+
+def _batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
     backend = None
     if hasattr(tokenizer, "decode_batch"):  # a tokenizers.Tokenizer itself
         backend = tokenizer

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
-from rewardkit.integrations.sample_info import info_keys, reported_score, sample_info
+from rewardkit.integrations.sample_info import component_keys, info_keys, reported_score, sample_info
 
 if TYPE_CHECKING:
     from rewardkit.engine import RewardEngine
@@ -403,9 +403,10 @@ class RewardKitRewardManager:
         written for it).
         """
         cfg = self.engine.config
+        components = component_keys(cfg)
         out = []
         for r, rec in zip(result.samples, records, strict=True):
-            info = sample_info(r, cfg)
+            info = sample_info(r, cfg, components)
             length = rec.get("response_length") if isinstance(rec, dict) else rec.response_length
             info["empty_response"] = length == 0
             out.append(info)
