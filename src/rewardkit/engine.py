@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from rewardkit import gcpause
 from rewardkit.batch import Sample
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
@@ -176,8 +177,11 @@ class RewardEngine:
         if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
             return None
         batch = self._samples(samples, tokenizer)
-        with paused_gc(len(batch)):
+        if len(batch) < gcpause.MIN_BATCH:  # (per-sample calls: not even the context manager)
             results = self.manager.score_now(batch)
+        else:
+            with paused_gc(len(batch)):
+                results = self.manager.score_now(batch)
         if results is not None and len(results) != len(batch):
             self._gather(results, batch, 0.0)  # raises, naming the manager
         return results

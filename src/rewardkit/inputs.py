@@ -313,6 +313,8 @@ def trl_records(columns: Mapping[str, Any]) -> list[dict[str, Any]]:
 # -- the entry point -----------------------------------------------------------------------------
 def as_samples(batch: Any, *, tokenizer: Any = None, reward_fn_key: str = "data_source") -> list[Sample]:
     """Samples from a verl ``DataProto`` (needs ``tokenizer``), TRL-style columns, or records."""
+    if type(batch) is list:  # records: the common case, without the slower checks below
+        return to_samples(batch)
     if is_dataproto(batch):
         return dataproto_samples(batch, tokenizer, reward_fn_key=reward_fn_key)[0]
     if is_trl_columns(batch):

@@ -59,6 +59,8 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if kind is str or kind is int or kind is float or kind is bool or value is None:
         return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
     mod = kind.__module__.split(".")[0]
     if mod == "omegaconf":
         from omegaconf import OmegaConf
@@ -220,16 +222,37 @@ def compute_score(
     record = _record(data_source, solution_str, ground_truth, extra_info)
     results = engine.score_here([record])
     result = results[0] if results is not None else engine.compute([record]).samples[0]
-    return sample_info(result, engine.config)
+    return sample_info(result, engine.config, _component_keys(engine.config))
 
 
-def _record(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> dict[str, Any]:
+def _record(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
+    """The sample of one ``compute_score`` call: a :class:`Sample` built at once for the usual
+    arguments (a text response), else a record that the engine validates (and names what is wrong)."""
+    ds = None if data_source is None else str(data_source)
+    extra = _plain(extra_info) if isinstance(extra_info, Mapping) else {}
+    if type(solution_str) is str and type(extra) is dict:
+        from rewardkit.batch import Sample
+
+        return Sample(0, solution_str, data_source=ds, ground_truth=_plain(ground_truth), extra_info=extra)
     return {
-        "data_source": None if data_source is None else str(data_source),
+        "data_source": ds,
         "response": solution_str,
         "ground_truth": _plain(ground_truth),
-        "extra_info": _plain(extra_info) if isinstance(extra_info, Mapping) else {},
+        "extra_info": extra,
     }
+
+
+_COMPONENTS: dict[int, tuple[RewardConfig, list[str]]] = {}
+
+
+def _component_keys(config: RewardConfig) -> list[str]:
+    """:func:`component_keys` of an engine's config, computed once per config."""
+    hit = _COMPONENTS.get(id(config))
+    if hit is None or hit[0] is not config:
+        if len(_COMPONENTS) > 64:
+            _COMPONENTS.clear()
+        hit = _COMPONENTS[id(config)] = (config, component_keys(config))
+    return hit[1]
 
 
 async def acompute_score(
@@ -249,7 +272,7 @@ async def acompute_score(
     results = engine.score_here(records)
     if results is None:
         results = (await engine.acompute(records)).samples
-    return sample_info(results[0], engine.config)
+    return sample_info(results[0], engine.config, _component_keys(engine.config))
 
 
 # ---------------------------------------------------------------------------------------------
