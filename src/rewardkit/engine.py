@@ -186,6 +186,14 @@ class RewardEngine:
             self._gather(results, batch, 0.0)  # raises, naming the manager
         return results
 
+    def score_one_here(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_here` of one validated :class:`Sample` (index 0), the per-sample callers' way."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        return self.manager.score_one_now(sample)
+
     def score_one(self, sample: Any) -> SampleResult:
         """Score one sample (a record or :class:`Sample`): in this thread where :meth:`compute_here`
         applies, else through :meth:`compute`."""

@@ -190,3 +190,40 @@ async def test_acompute_score_scores_cheap_samples_in_the_callers_loop(monkeypat
     assert out["score"] == 1.0 and out["status"] == "ok" and hops == []
     assert rk_verl.get_engine(cfg)._loop is None
     rk_verl.close_engines()
+
+
+def test_managers_that_change_scoring_keep_their_path():
+    """DAPO subclasses the naive manager: its length penalty must not be skipped by the fast path."""
+    cfg = {
+        "executor": "inline",
+        "reward_manager": {
+            "name": "dapo",
+            "kwargs": {
+                "overlong_buffer_cfg": {"enable": True, "len": 4, "penalty_factor": 1.0},
+                "max_resp_len": 8,
+            },
+        },
+    }
+    long = {"data_source": "openai/gsm8k", "response": "#### 1", "ground_truth": "1", "response_length": 8}
+    with RewardEngine(cfg) as engine:
+        assert engine.compute_here([long]) is None
+        assert (
+            engine.score_one_here(rewardkit.Sample(0, "#### 1", data_source="openai/gsm8k", ground_truth="1"))
+            is None
+        )
+        assert engine.compute([long]).scores[0] < 1.0  # the penalty applied
+
+
+def test_score_one_here_routes_once_per_data_source_and_falls_back_when_unroutable():
+    with RewardEngine({"executor": "inline"}) as engine:
+        ok = engine.score_one_here(
+            rewardkit.Sample(0, "#### 2", data_source="openai/gsm8k", ground_truth="2")
+        )
+        assert ok is not None and ok.status == "ok" and ok.score == 1.0
+        assert list(engine.manager._routes) == ["openai/gsm8k"]
+        lost = engine.score_one_here(rewardkit.Sample(0, "#### 2", data_source="no/such", ground_truth="2"))
+        assert lost is not None and lost.status == "failed" and lost.reason == "unroutable"
+        big = engine.score_one_here(
+            rewardkit.Sample(0, "x" * 60_000, data_source="openai/gsm8k", ground_truth="2")
+        )
+        assert big is not None and big.reason == "input_too_large"

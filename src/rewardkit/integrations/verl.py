@@ -220,9 +220,17 @@ def compute_score(
     """
     engine = _engine_for(rewardkit_config)
     record = _record(data_source, solution_str, ground_truth, extra_info)
-    results = engine.score_here([record])
-    result = results[0] if results is not None else engine.compute([record]).samples[0]
+    result = _score_here(engine, record)
+    if result is None:
+        result = engine.compute([record]).samples[0]
     return sample_info(result, engine.config, _component_keys(engine.config))
+
+
+def _score_here(engine: RewardEngine, record: Any) -> SampleResult | None:
+    if type(record) is dict:
+        results = engine.score_here([record])
+        return None if results is None else results[0]
+    return engine.score_one_here(record)
 
 
 def _record(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
@@ -268,11 +276,11 @@ async def acompute_score(
     Cheap scorers run right here (:meth:`RewardEngine.compute_here`); the others on the engine's loop.
     """
     engine = _engine_for(rewardkit_config)
-    records = [_record(data_source, solution_str, ground_truth, extra_info)]
-    results = engine.score_here(records)
-    if results is None:
-        results = (await engine.acompute(records)).samples
-    return sample_info(results[0], engine.config, _component_keys(engine.config))
+    record = _record(data_source, solution_str, ground_truth, extra_info)
+    result = _score_here(engine, record)
+    if result is None:
+        result = (await engine.acompute([record])).samples[0]
+    return sample_info(result, engine.config, _component_keys(engine.config))
 
 
 # ---------------------------------------------------------------------------------------------

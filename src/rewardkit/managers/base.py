@@ -266,5 +266,10 @@ class RewardManager(ABC):
         (the caller goes the normal way). Default: ``None``."""
         return None
 
+    def score_one_now(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_now` of one validated sample: its result, or ``None``."""
+        results = self.score_now([sample])
+        return None if results is None else results[0]
+
     async def aclose(self) -> None:
         """Free what the manager holds (the engine closes executor and backend itself)."""

@@ -23,6 +23,10 @@ class NaiveRewardManager(RewardManager):
     name = "naive"
     routes = True
 
+    def __init__(self, context, **kwargs):
+        super().__init__(context, **kwargs)
+        self._routes: dict[str | None, ScorerSpec | None] = {}  # data source -> scorer (routable ones)
+
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         specs = [self.context.route(s) for s in samples]
         out: list[SampleResult | None] = [None] * len(samples)
@@ -54,7 +58,7 @@ class NaiveRewardManager(RewardManager):
         routed scorer run here (``cheap`` built-ins, no deadline): routing and unroutable failures
         exactly as :meth:`ascore` does them, no event loop, no thread, no executor call."""
         context = self.context
-        if context.backend is not None:
+        if context.backend is not None or not self._plain_naive():
             return None
         specs: list[ScorerSpec | None] = []
         failed: dict[int, SampleResult] = {}
@@ -79,6 +83,32 @@ class NaiveRewardManager(RewardManager):
             failed[pos] if spec is None else _invoke_here(spec, sample, limit)
             for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True))
         ]
+
+    def _plain_naive(self) -> bool:
+        """Whether this manager scores as the naive one does (a subclass such as DAPO that changes
+        the scoring does not get the fast path it cannot know about)."""
+        cls = type(self)
+        return cls.score_rules is NaiveRewardManager.score_rules and cls.ascore is RewardManager.ascore
+
+    def score_one_now(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_now` of one sample, its route remembered per data source (routing reads
+        nothing else); an unroutable sample goes through :meth:`score_now`."""
+        context = self.context
+        spec = self._routes.get(sample.data_source, _UNSEEN)
+        if spec is _UNSEEN:
+            if context.backend is not None or not self._plain_naive():
+                return None
+            try:
+                spec = context.route(sample)
+            except SampleError:
+                return super().score_one_now(sample)
+            self._routes[sample.data_source] = spec  # type: ignore[assignment]
+        if not context.executor.runs_here((spec,)):  # type: ignore[arg-type]
+            return None
+        return _invoke_here(spec, sample, context.config.max_input_chars)  # type: ignore[arg-type]
+
+
+_UNSEEN = object()
 
 
 def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
