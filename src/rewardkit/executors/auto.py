@@ -14,21 +14,13 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.executors.base import Executor, ScoreTask
-from rewardkit.executors.inline import CheapCheck
+from rewardkit.executors.inline import CheapCheck, cheap_refs
 
 if TYPE_CHECKING:
     from rewardkit.batch import Sample
     from rewardkit.config import RewardConfig
     from rewardkit.result import SampleResult
     from rewardkit.scoring import ScorerSpec
-
-
-def cheap_refs(config: RewardConfig) -> frozenset[str]:
-    """References (``module:function``) of the scorers registered ``cheap`` under ``config``'s plugins."""
-    from rewardkit.plugins import get_registries
-
-    scorers = get_registries(config.plugins).scorers
-    return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
 
 
 class AutoExecutor(Executor):

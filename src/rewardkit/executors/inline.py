@@ -15,6 +15,7 @@ from rewardkit.result import SampleResult
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
 
 if TYPE_CHECKING:
+    from rewardkit.config import RewardConfig
     from rewardkit.scoring import ScorerSpec
 
 #: A ``time.monotonic()`` deadline set by the caller (a Ray worker passes on what is left of the
@@ -42,6 +43,14 @@ def batch_deadline(deadline: float | None) -> Iterator[None]:
 def caller_deadline() -> float | None:
     """The deadline set by :func:`batch_deadline` around this call, or ``None``."""
     return _CALLER_DEADLINE.get()
+
+
+def cheap_refs(config: RewardConfig) -> frozenset[str]:
+    """References (``module:function``) of the scorers registered ``cheap`` under ``config``'s plugins."""
+    from rewardkit.plugins import get_registries
+
+    scorers = get_registries(config.plugins).scorers
+    return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
 
 
 class CheapCheck:
@@ -90,8 +99,6 @@ class InlineExecutor(Executor):
         if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
             return False
         if self._cheap is None:
-            from rewardkit.executors.auto import cheap_refs
-
             self._cheap = CheapCheck(cheap_refs(self.config))
         return self._cheap(specs)
 
