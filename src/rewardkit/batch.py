@@ -96,7 +96,7 @@ def to_sample(record: Any, index: int) -> Sample:
         if record.index == index:
             return record
         return Sample(**{f.name: getattr(record, f.name) for f in fields(Sample)} | {"index": index})
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):  # (the ABC check is slow)
         raise SampleError(index, None, f"expected a dict, got {type(record).__name__}")
 
     if "response" in record:
@@ -140,13 +140,14 @@ def to_sample(record: Any, index: int) -> Sample:
     extra_info = record.get("extra_info")
     if extra_info is None:
         extra_info = {}
-    elif not isinstance(extra_info, Mapping):
+    elif type(extra_info) is not dict and not isinstance(extra_info, Mapping):
         raise SampleError(index, "extra_info", f"must be a dict, got {type(extra_info).__name__}")
     else:
         extra_info = dict(extra_info)
-    unknown = {k: v for k, v in record.items() if k not in _KNOWN_FIELDS}
-    for k, v in unknown.items():
-        extra_info.setdefault(k, v)
+    if not record.keys() <= _KNOWN_FIELDS:
+        for k, v in record.items():
+            if k not in _KNOWN_FIELDS:
+                extra_info.setdefault(k, v)
 
     uid = record.get("uid")
     if uid is not None and not isinstance(uid, str | int):

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from rewardkit import gcpause
 from rewardkit.batch import Sample
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
@@ -17,7 +18,7 @@ from rewardkit.gcpause import batch_size, paused_gc
 from rewardkit.inputs import as_samples
 from rewardkit.managers.base import ManagerContext, RewardManager
 from rewardkit.plugins import Registries, get_registries
-from rewardkit.result import RewardResult
+from rewardkit.result import RewardResult, SampleResult
 from rewardkit.runtime.loop import LoopThread
 from rewardkit.scoring import resolve_ref
 
@@ -50,7 +51,9 @@ class RewardEngine:
         self._manager: RewardManager | None = None
         self._loop: LoopThread | None = None
         self._lock = threading.Lock()
+        self._parts_lock = threading.RLock()
         self._closed = False
+        self._backend_cls: Any = None
         self._manager_cls = self._resolve_manager_class()
         if self.config.default_scorer is not None:  # a config error fails here, not per sample
             self.registries.scorers.get(self.config.default_scorer)
@@ -108,11 +111,15 @@ class RewardEngine:
     def manager(self) -> RewardManager:
         """The reward manager (created on first use)."""
         if self._manager is None:
-            context = ManagerContext(self.config, self.registries, self.executor, self.backend)
-            try:
-                self._manager = self._manager_cls(context, **self.config.reward_manager.kwargs)
-            except TypeError as e:
-                raise ConfigError(f"reward_manager {self.config.reward_manager.name!r}: {e}") from None
+            with self._parts_lock:  # callers of compute_here may race to build it
+                if self._manager is None:
+                    context = ManagerContext(self.config, self.registries, self.executor, self.backend)
+                    try:
+                        self._manager = self._manager_cls(context, **self.config.reward_manager.kwargs)
+                    except TypeError as e:
+                        raise ConfigError(
+                            f"reward_manager {self.config.reward_manager.name!r}: {e}"
+                        ) from None
         return self._manager
 
     # -- lifecycle of the reward model -----------------------------------------------------------
@@ -145,7 +152,66 @@ class RewardEngine:
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
         with paused_gc(batch_size(samples)):  # the caller waits anyway: no full collections meanwhile
-            return self._ensure_loop().run(self._score(samples, tokenizer))
+            batch = self._samples(samples, tokenizer)
+            result = self._score_here(batch)
+            if result is not None:
+                return result
+            return self._ensure_loop().run(self._score(batch))
+
+    def compute_here(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult | None:
+        """Score a batch in the calling thread when every routed scorer may run here (``cheap``
+        built-ins, no deadline, no reward model: see :meth:`RewardManager.score_now`), else ``None``.
+
+        The result is the one :meth:`compute` returns; the fast path costs no event loop, thread or
+        executor round trip, so per-sample callers (verl's ``compute_score``, ``run_single``) use it.
+        """
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        with paused_gc(batch_size(samples)):
+            return self._score_here(self._samples(samples, tokenizer))
+
+    def score_here(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> list[SampleResult] | None:
+        """:meth:`compute_here` without the batch metrics: the per-sample results, or ``None``."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        batch = self._samples(samples, tokenizer)
+        if len(batch) < gcpause.MIN_BATCH:  # (per-sample calls: not even the context manager)
+            results = self.manager.score_now(batch)
+        else:
+            with paused_gc(len(batch)):
+                results = self.manager.score_now(batch)
+        if results is not None and len(results) != len(batch):
+            self._gather(results, batch, 0.0)  # raises, naming the manager
+        return results
+
+    def score_one_here(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_here` of one validated :class:`Sample` (index 0), the per-sample callers' way."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        return self.manager.score_one_now(sample)
+
+    def score_one(self, sample: Any) -> SampleResult:
+        """Score one sample (a record or :class:`Sample`): in this thread where :meth:`compute_here`
+        applies, else through :meth:`compute`."""
+        results = self.score_here([sample])
+        return results[0] if results is not None else self.compute([sample]).samples[0]
+
+    def _samples(self, samples: Iterable[Any] | Any, tokenizer: Any) -> list[Sample]:
+        return as_samples(samples, tokenizer=tokenizer if tokenizer is not None else self.tokenizer)
+
+    def _score_here(self, batch: list[Sample]) -> RewardResult | None:
+        """The fast path of :meth:`compute`: the manager's :meth:`~RewardManager.score_now`."""
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        start = time.perf_counter()
+        results = self.manager.score_now(batch)
+        if results is None:
+            return None
+        return self._gather(results, batch, time.perf_counter() - start)
 
     def submit(
         self, samples: Iterable[Any] | Any, *, tokenizer: Any = None
@@ -157,9 +223,7 @@ class RewardEngine:
 
     async def _score(self, samples: Iterable[Any] | Any, tokenizer: Any = None) -> RewardResult:
         """Score a batch; runs on the engine's loop."""
-        batch: list[Sample] = as_samples(
-            samples, tokenizer=tokenizer if tokenizer is not None else self.tokenizer
-        )
+        batch: list[Sample] = self._samples(samples, tokenizer)
         start = time.perf_counter()
         manager = self.manager
         backend = self.backend
@@ -174,17 +238,20 @@ class RewardEngine:
                 await asyncio.to_thread(backend.sleep)
             if self._waker is not None and batch:
                 await self._waker.exit()
-        if len(results) != len(batch):
-            raise RuntimeError(
-                f"reward manager {type(manager).__name__} returned {len(results)} results for {len(batch)} samples"
-            )
-        elapsed = time.perf_counter() - start
-        result = RewardResult.gather(results, [s.data_source for s in batch], elapsed, self.config)
+        result = self._gather(results, batch, time.perf_counter() - start)
         if backend is not None:
             result.metrics.update({f"rm/{k}": v for k, v in backend.metrics().items()})
         if self._servers is not None:
             result.metrics.update({f"rm/server/{k}": v for k, v in self._servers.metrics().items()})
         return result
+
+    def _gather(self, results: list[SampleResult], batch: list[Sample], elapsed: float) -> RewardResult:
+        if len(results) != len(batch):
+            raise RuntimeError(
+                f"reward manager {type(self.manager).__name__} returned {len(results)} results for "
+                f"{len(batch)} samples"
+            )
+        return RewardResult.gather(results, [s.data_source for s in batch], elapsed, self.config)
 
     def _ensure_loop(self) -> LoopThread:
         with self._lock:

@@ -122,6 +122,22 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
     """
     if tokenizer is None:
         raise ValueError("decoding token ids needs a tokenizer: pass tokenizer= (or give the engine one)")
+    clean = getattr(tokenizer, "clean_up_tokenization_spaces", False)
+    hit = _DECODERS.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer and hit[1] == clean:
+        return hit[2]
+    decode = _batch_decoder(tokenizer)
+    if len(_DECODERS) >= 16:
+        _DECODERS.clear()
+    _DECODERS[id(tokenizer)] = (tokenizer, clean, decode)
+    return decode
+
+
+#: ``id(tokenizer)`` → ``(tokenizer, its clean_up_tokenization_spaces, decoder)`` (per-sample calls reuse it).
+_DECODERS: dict[int, tuple[Any, Any, Callable[[list[list[int]]], list[str]]]] = {}
+
+
+def _batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
     backend = None
     if hasattr(tokenizer, "decode_batch"):  # a tokenizers.Tokenizer itself
         backend = tokenizer
@@ -140,6 +156,9 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
 
 def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
     """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
+    if len(ids) == 1:  # verl's per-sample calls: two tolist() beat four tensor ops
+        row = [t for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m != 0]
+        return [row], [len(row)]
     keep = mask != 0
     lengths = keep.sum(dim=-1).tolist()
     return [row.tolist() for row in ids[keep].split(lengths)], lengths
@@ -297,6 +316,8 @@ def trl_records(columns: Mapping[str, Any]) -> list[dict[str, Any]]:
 # -- the entry point -----------------------------------------------------------------------------
 def as_samples(batch: Any, *, tokenizer: Any = None, reward_fn_key: str = "data_source") -> list[Sample]:
     """Samples from a verl ``DataProto`` (needs ``tokenizer``), TRL-style columns, or records."""
+    if type(batch) is list:  # records: the common case, without the slower checks below
+        return to_samples(batch)
     if is_dataproto(batch):
         return dataproto_samples(batch, tokenizer, reward_fn_key=reward_fn_key)[0]
     if is_trl_columns(batch):

@@ -137,9 +137,11 @@ class ScorerSpec:
 
     def build_kwargs(self, sample: Sample) -> dict[str, Any]:
         """The keyword arguments for calling ``fn`` on one sample."""
-        sig = signature_of(self.fn)
-        kw = {name: _field(sample, name) for name in SINGLE_FIELDS if name in sig.params}
-        kw.update(self.kwargs)
+        kw = {
+            name: sample if attr is None else getattr(sample, attr) for name, attr in _single_params(self.fn)
+        }
+        if self.kwargs:
+            kw.update(self.kwargs)
         return kw
 
     def build_batch_kwargs(self, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -152,6 +154,22 @@ class ScorerSpec:
         }
         kw.update(self.kwargs)
         return kw
+
+
+def _single_params(fn: Callable) -> tuple[tuple[str, str | None], ...]:
+    """``(parameter, Sample attribute)`` for the :data:`SINGLE_FIELDS` ``fn`` names, in that order
+    (``None``: the sample itself; cached per function)."""
+    try:
+        return _single_params_of(fn)
+    except TypeError:  # unhashable callable
+        return _single_params_of.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=1024)
+def _single_params_of(fn: Callable) -> tuple[tuple[str, str | None], ...]:
+    params = signature_of(fn).params
+    attrs = {"solution_str": "response", "sample": None}
+    return tuple((name, attrs.get(name, name)) for name in SINGLE_FIELDS if name in params)
 
 
 def _spec_from_ref(name, ref, data_sources, batch, provider, kwargs) -> ScorerSpec:
@@ -268,8 +286,21 @@ def to_result(value: Any) -> SampleResult:
                 "invalid_return", f"scorer returned an ok SampleResult with score {value.score!r:.80}"
             )
         return value
+    kind = type(value)
+    if kind is float:  # the common returns first, with the checks below
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            return SampleResult(score=value, status="ok", extra={})
+        return SampleResult.failed("invalid_return", f"scorer returned {value}")
+    if kind is bool or kind is int:
+        return SampleResult(score=float(value), status="ok", extra={})
+    if kind is dict and "score" in value:
+        score = value["score"]
+        skind = type(score)
+        if skind is float and score - score == 0.0 or skind is bool or skind is int:
+            extra = {k: v for k, v in value.items() if k != "score"}
+            return SampleResult(score=float(score), status="ok", extra=extra)
     extra: dict[str, Any] = {}
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):
         if "score" not in value:
             return SampleResult.failed(
                 "invalid_return", f"scorer returned a dict without a 'score' key (keys: {sorted(value)[:10]})"
@@ -325,13 +356,17 @@ def invoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None)
         return too_large
     try:
         value = spec.fn(**spec.build_kwargs(sample))
-        if inspect.isawaitable(value):
+        if type(value) not in _PLAIN_RETURNS and inspect.isawaitable(value):
             value = asyncio.run(_await(value))
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise
     except BaseException as e:  # noqa: BLE001 - math-verify's TimeoutException is a BaseException
         return error_result(e)
     return to_result(value)
+
+
+#: Return types that are never awaitable (checked before the slower ``inspect.isawaitable``).
+_PLAIN_RETURNS = frozenset({dict, float, int, bool, type(None), str})
 
 
 async def _await(aw):

@@ -30,7 +30,10 @@ def test_cheap_built_ins_are_scored_in_this_process():
         result = engine.compute([GSM8K, {**GSM8K, "response": "#### 7"}])
         assert result.scores == [1.0, 0.0]
         assert engine.executor._process is None  # no worker pool was started for them
-        assert isinstance(engine.executor._inline, InlineExecutor)
+        # scored in the calling thread (the engine's fast path): not even the inline executor ran
+        assert engine.executor._inline is None
+        gsm8k = engine.manager.context.scorer("gsm8k")
+        assert isinstance(engine.executor.choose([gsm8k]), InlineExecutor)  # where run() sends them
 
 
 def test_math_verify_custom_code_and_deadlines_go_to_the_process_pool(scorer_file):

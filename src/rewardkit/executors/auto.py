@@ -14,20 +14,13 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rewardkit.executors.base import Executor, ScoreTask
+from rewardkit.executors.inline import CheapCheck, cheap_refs
 
 if TYPE_CHECKING:
     from rewardkit.batch import Sample
     from rewardkit.config import RewardConfig
     from rewardkit.result import SampleResult
     from rewardkit.scoring import ScorerSpec
-
-
-def cheap_refs(config: RewardConfig) -> frozenset[str]:
-    """References (``module:function``) of the scorers registered ``cheap`` under ``config``'s plugins."""
-    from rewardkit.plugins import get_registries
-
-    scorers = get_registries(config.plugins).scorers
-    return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
 
 
 class AutoExecutor(Executor):
@@ -39,8 +32,13 @@ class AutoExecutor(Executor):
         super().__init__(config)
         self.deadline = config.batch_timeout_s is not None or "timeout_s" in config.model_fields_set
         self.cheap = frozenset() if self.deadline else cheap_refs(config)
+        self._cheap_here = CheapCheck(self.cheap)
         self._inline: Executor | None = None
         self._process: Executor | None = None
+
+    def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
+        """True for ``cheap`` sync scorers without a deadline: where :meth:`choose` picks inline."""
+        return not self.deadline and self._cheap_here(specs)
 
     def choose(self, specs: Iterable[ScorerSpec]) -> Executor:
         """The executor a batch of these scorers goes to (created on first use)."""

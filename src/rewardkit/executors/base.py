@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -46,6 +46,11 @@ class Executor(ABC):
         import asyncio
 
         return await asyncio.to_thread(invoke_batch, spec, samples)
+
+    def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
+        """Whether calls of these scorers may run synchronously in the calling thread, with results
+        identical to :meth:`run` (the engine's fast path). Default: no."""
+        return False
 
     def close(self) -> None:
         """Free workers (idempotent)."""

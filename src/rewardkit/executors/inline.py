@@ -8,12 +8,16 @@ import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rewardkit.executors.base import Executor, ScoreTask
 from rewardkit.result import SampleResult, all_filled
 from rewardkit.scoring import ainvoke, error_result, invoke, invoke_batch, signature_of
+
+if TYPE_CHECKING:
+    from rewardkit.config import RewardConfig
+    from rewardkit.scoring import ScorerSpec
 
 #: A ``time.monotonic()`` deadline set by the caller (a Ray worker passes on what is left of the
 #: manager's batch deadline); the inline executor stops at the earlier of it and ``batch_timeout_s``.
@@ -37,6 +41,43 @@ def batch_deadline(deadline: float | None) -> Iterator[None]:
         _CALLER_DEADLINE.reset(token)
 
 
+def caller_deadline() -> float | None:
+    """The deadline set by :func:`batch_deadline` around this call, or ``None``."""
+    return _CALLER_DEADLINE.get()
+
+
+def cheap_refs(config: RewardConfig) -> frozenset[str]:
+    """References (``module:function``) of the scorers registered ``cheap`` under ``config``'s plugins."""
+    from rewardkit.plugins import get_registries
+
+    scorers = get_registries(config.plugins).scorers
+    return frozenset(e.obj.ref for e in scorers if e.meta.get("cheap") and getattr(e.obj, "ref", None))
+
+
+class CheapCheck:
+    """``check(specs)``: whether every spec is a sync, one-sample scorer among ``cheap`` refs and no
+    caller deadline is set (scorers that may run in the calling thread); the answer per spec is kept."""
+
+    def __init__(self, cheap: frozenset[str]):
+        self.cheap = cheap
+        self._seen: dict[int, tuple[ScorerSpec, bool]] = {}  # by id; the spec is kept alive here
+
+    def __call__(self, specs: Iterable[ScorerSpec]) -> bool:
+        if _CALLER_DEADLINE.get() is not None:
+            return False
+        seen = self._seen
+        for spec in specs:
+            hit = seen.get(id(spec))
+            if hit is None or hit[0] is not spec:
+                ok = spec.ref in self.cheap and not spec.batch and not signature_of(spec.fn).is_async
+                if len(seen) > 1024:
+                    seen.clear()
+                hit = seen[id(spec)] = (spec, ok)
+            if not hit[1]:
+                return False
+        return True
+
+
 class InlineExecutor(Executor):
     """Runs sync scorers one after another in a helper thread (so an event loop is never blocked)
     and async scorers concurrently, up to ``max_concurrency``.
@@ -48,6 +89,19 @@ class InlineExecutor(Executor):
     """
 
     name = "inline"
+
+    def __init__(self, config: Any):
+        super().__init__(config)
+        self._cheap: CheapCheck | None = None
+
+    def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
+        """True for ``cheap`` sync scorers when no batch deadline applies: calling them in this
+        thread gives what :meth:`run`'s helper thread would."""
+        if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
+            return False
+        if self._cheap is None:
+            self._cheap = CheapCheck(cheap_refs(self.config))
+        return self._cheap(specs)
 
     def _deadline(self) -> float | None:
         limits = [d for d in (_CALLER_DEADLINE.get(),) if d is not None]

@@ -55,8 +55,11 @@ def info_keys(config: RewardConfig) -> list[str]:
     return keys
 
 
-def sample_info(result: SampleResult, config: RewardConfig) -> dict[str, Any]:
-    """One sample's info under :func:`info_keys` (``None`` for what it lacks)."""
+def sample_info(
+    result: SampleResult, config: RewardConfig, components: list[str] | None = None
+) -> dict[str, Any]:
+    """One sample's info under :func:`info_keys` (``None`` for what it lacks); ``components`` is
+    :func:`component_keys` of ``config`` when the caller has it already (a batch)."""
     info: dict[str, Any] = {
         "score": reported_score(result, config),
         "status": result.status,
@@ -67,7 +70,7 @@ def sample_info(result: SampleResult, config: RewardConfig) -> dict[str, Any]:
     }
     for k in config.extra_keys:
         info.setdefault(k, _plain(result.extra.get(k)))
-    for key in component_keys(config):
+    for key in component_keys(config) if components is None else components:
         info.setdefault(key, result.components.get(key[len("component/") :]))
     rest = {k: v for k, v in result.extra.items() if k not in info}
     rest.update({f"component/{k}": v for k, v in result.components.items() if f"component/{k}" not in info})

@@ -30,7 +30,6 @@ imports neither verl nor torch.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -42,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
-from rewardkit.integrations.sample_info import info_keys, reported_score, sample_info
+from rewardkit.integrations.sample_info import component_keys, info_keys, reported_score, sample_info
 
 if TYPE_CHECKING:
     from rewardkit.engine import RewardEngine
-    from rewardkit.result import RewardResult
+    from rewardkit.result import RewardResult, SampleResult
 
 #: Environment variable holding a rewardkit config path (or inline JSON) for the verl adapters.
 ENV_CONFIG = "REWARDKIT_CONFIG"
@@ -57,7 +56,12 @@ _ENGINES_LOCK = threading.Lock()
 
 def _plain(value: Any) -> Any:
     """OmegaConf containers and numpy scalars/arrays as plain Python data."""
-    mod = type(value).__module__.split(".")[0]
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+    mod = kind.__module__.split(".")[0]
     if mod == "omegaconf":
         from omegaconf import OmegaConf
 
@@ -129,11 +133,66 @@ def get_engine(config: Any = None) -> RewardEngine:
         return engine
 
 
+#: Per-call lookups of :func:`compute_score`: the config object verl passes every call (or the
+#: ``REWARDKIT_CONFIG`` text) → ``(a snapshot of it, its engine)``; no hashing of configs per call.
+_RECENT: dict[Any, tuple[Any, RewardEngine]] = {}
+
+
+def _engine_for(config: Any) -> RewardEngine:
+    """:func:`get_engine` for per-sample calls: the same engine, found without re-reading the config.
+
+    A ``str`` config (path, inline JSON, the environment variable) is looked up by its text (and
+    the working directory, for relative paths); a dict or other object by identity, checked against
+    a copy taken when it was first seen, so a config edited in place gets its own engine.
+    """
+    if config is None:
+        config = os.environ.get(ENV_CONFIG) or None
+    if config is None or isinstance(config, str):
+        key: Any = (config, os.getcwd() if config and not _absolute_or_json(config) else None)
+        snapshot: Any = None
+    else:
+        key, snapshot = id(config), config
+    hit = _RECENT.get(key)
+    if hit is not None and not hit[1]._closed and (snapshot is None or _same(hit[0], snapshot)):
+        return hit[1]
+    engine = get_engine(config)
+    if len(_RECENT) > 64:  # many distinct config objects: forget the old ones
+        _RECENT.clear()
+    _RECENT[key] = (_copy(snapshot) if snapshot is not None else None, engine)
+    return engine
+
+
+def _absolute_or_json(text: str) -> bool:
+    return os.path.isabs(text) or text.lstrip().startswith("{")
+
+
+def _copy(config: Any) -> Any:
+    import copy
+
+    try:
+        return (config, copy.deepcopy(config))
+    except Exception:  # noqa: BLE001 - cannot be copied: identity alone
+        return (config, None)
+
+
+def _same(seen: tuple[Any, Any], config: Any) -> bool:
+    obj, copied = seen
+    if obj is not config:
+        return False
+    if copied is None:
+        return False
+    try:
+        return bool(copied == config)
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def close_engines() -> None:
     """Close every cached engine (their worker pools stop); later calls create new ones."""
     with _ENGINES_LOCK:
         engines = list(_ENGINES.values())
         _ENGINES.clear()
+        _RECENT.clear()
     for engine in engines:
         engine.close()
 
@@ -159,14 +218,49 @@ def compute_score(
     verl adds (``reward_router_address``, ...) are ignored; ``rewardkit_config`` (or env
     ``REWARDKIT_CONFIG``) selects the config.
     """
-    engine = get_engine(rewardkit_config)
-    record = {
-        "data_source": None if data_source is None else str(data_source),
+    engine = _engine_for(rewardkit_config)
+    record = _record(data_source, solution_str, ground_truth, extra_info)
+    result = _score_here(engine, record)
+    if result is None:
+        result = engine.compute([record]).samples[0]
+    return sample_info(result, engine.config, _component_keys(engine.config))
+
+
+def _score_here(engine: RewardEngine, record: Any) -> SampleResult | None:
+    if type(record) is dict:
+        results = engine.score_here([record])
+        return None if results is None else results[0]
+    return engine.score_one_here(record)
+
+
+def _record(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
+    """The sample of one ``compute_score`` call: a :class:`Sample` built at once for the usual
+    arguments (a text response), else a record that the engine validates (and names what is wrong)."""
+    ds = None if data_source is None else str(data_source)
+    extra = _plain(extra_info) if isinstance(extra_info, Mapping) else {}
+    if type(solution_str) is str and type(extra) is dict:
+        from rewardkit.batch import Sample
+
+        return Sample(0, solution_str, data_source=ds, ground_truth=_plain(ground_truth), extra_info=extra)
+    return {
+        "data_source": ds,
         "response": solution_str,
         "ground_truth": _plain(ground_truth),
-        "extra_info": _plain(extra_info) if isinstance(extra_info, Mapping) else {},
+        "extra_info": extra,
     }
-    return sample_info(engine.compute([record]).samples[0], engine.config)
+
+
+_COMPONENTS: dict[int, tuple[RewardConfig, list[str]]] = {}
+
+
+def _component_keys(config: RewardConfig) -> list[str]:
+    """:func:`component_keys` of an engine's config, computed once per config."""
+    hit = _COMPONENTS.get(id(config))
+    if hit is None or hit[0] is not config:
+        if len(_COMPONENTS) > 64:
+            _COMPONENTS.clear()
+        hit = _COMPONENTS[id(config)] = (config, component_keys(config))
+    return hit[1]
 
 
 async def acompute_score(
@@ -177,10 +271,16 @@ async def acompute_score(
     rewardkit_config: Any = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Async :func:`compute_score`, for verl's reward loop (which awaits async reward functions)."""
-    return await asyncio.to_thread(
-        compute_score, data_source, solution_str, ground_truth, extra_info, rewardkit_config
-    )
+    """Async :func:`compute_score`, for verl's reward loop (which awaits async reward functions).
+
+    Cheap scorers run right here (:meth:`RewardEngine.compute_here`); the others on the engine's loop.
+    """
+    engine = _engine_for(rewardkit_config)
+    record = _record(data_source, solution_str, ground_truth, extra_info)
+    result = _score_here(engine, record)
+    if result is None:
+        result = (await engine.acompute([record])).samples[0]
+    return sample_info(result, engine.config, _component_keys(engine.config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +421,7 @@ class RewardKitRewardManager:
         result = self.engine.compute(samples)
         reward_tensor = result.token_level_rewards(response_mask)
         if self.num_examine > 0:
-            self._examine([s.to_dict() for s in samples], result)
+            self._examine(samples, result.samples)
         return result, reward_tensor, samples
 
     def info_keys(self) -> list[str]:
@@ -335,9 +435,10 @@ class RewardKitRewardManager:
         written for it).
         """
         cfg = self.engine.config
+        components = component_keys(cfg)
         out = []
         for r, rec in zip(result.samples, records, strict=True):
-            info = sample_info(r, cfg)
+            info = sample_info(r, cfg, components)
             length = rec.get("response_length") if isinstance(rec, dict) else rec.response_length
             info["empty_response"] = length == 0
             out.append(info)
@@ -373,14 +474,16 @@ class RewardKitRewardManager:
         included (verl's reward loop takes the keys from the first sample only, and reads ``acc``
         for its ``val-core`` metrics, ``maj@N`` and ``filter_groups``).
         """
-        records, _ = self.records(data[-1:])
-        result = await asyncio.to_thread(self.engine.compute, records)
-        self._examine(records, result)
-        info = self.sample_infos(result, records)[0]
-        return {
-            "reward_score": reported_score(result.samples[0], self.engine.config),
-            "reward_extra_info": info,
-        }
+        one = data if len(data) == 1 else data[-1:]
+        samples, _ = self.samples(one)  # the prompt is decoded only if something reads it
+        results = self.engine.score_here(samples)  # cheap scorers: here, no thread, no executor
+        if results is None:
+            results = (await self.engine.acompute(samples)).samples
+        if self.num_examine > 0:
+            self._examine(samples, results)
+        info = sample_info(results[0], self.engine.config)
+        info["empty_response"] = samples[0].response_length == 0
+        return {"reward_score": reported_score(results[0], self.engine.config), "reward_extra_info": info}
 
     @classmethod
     def assemble_rm_scores(cls, data: Any, scores: list[float]) -> Any:
@@ -394,15 +497,15 @@ class RewardKitRewardManager:
         )
         return result.token_level_rewards(response_mask)
 
-    def _examine(self, records: list[dict[str, Any]], result: RewardResult) -> None:
+    def _examine(self, samples: list[Any], results: list[SampleResult]) -> None:
         if self.num_examine <= 0:
             return
-        for rec, r in zip(records, result.samples, strict=True):
-            ds = str(rec.get("data_source"))
+        for s, r in zip(samples, results, strict=True):
+            ds = str(s.data_source)
             if self._printed.get(ds, 0) >= self.num_examine:
                 continue
             self._printed[ds] = self._printed.get(ds, 0) + 1
-            print("[prompt]", rec["prompt"])
-            print("[response]", rec["response"])
-            print("[ground_truth]", rec.get("ground_truth"))
+            print("[prompt]", s.prompt)
+            print("[response]", s.response)
+            print("[ground_truth]", s.ground_truth)
             print("[score]", r.score, f"({r.status}{': ' + str(r.reason) if r.reason else ''})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -124,11 +125,16 @@ class ManagerContext:
             try:
                 self.route(sample)
             except SampleError as e:
-                if self.config.strict_routing or e.reason != "unroutable":
-                    raise
-                where = f"field {e.field!r}: " if e.field else ""
-                out[pos] = SampleResult.failed("unroutable", where + e.detail)
+                out[pos] = self.unroutable_result(e)
         return out
+
+    def unroutable_result(self, error: SampleError) -> SampleResult:
+        """The failed result of a sample :meth:`route` raised ``error`` for; re-raises it with
+        ``strict_routing`` or when it is not a routing failure."""
+        if self.config.strict_routing or error.reason != "unroutable":
+            raise error
+        where = f"field {error.field!r}: " if error.field else ""
+        return SampleResult.failed("unroutable", where + error.detail)
 
 
 def freeze(value: Any) -> Any:
@@ -140,18 +146,25 @@ def freeze(value: Any) -> Any:
         return json.dumps(value, sort_keys=True, default=repr)
 
 
+_ALL_FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info", "uid")
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_fields(fn: Any) -> tuple[str, ...]:
+    """The sample attributes a scorer function reads (``solution_str`` as ``response``)."""
+    sig = signature_of(fn)
+    if "sample" in sig.params or sig.var_kwargs:
+        return _ALL_FIELDS
+    return tuple("response" if f == "solution_str" else f for f in SINGLE_FIELDS if f in sig.params)
+
+
 def dedup_key(spec: ScorerSpec, sample: Sample) -> tuple:
     """Identity of a scorer call: the scorer and the sample fields it actually reads."""
-    params = signature_of(spec.fn).params
-    if "sample" in params or signature_of(spec.fn).var_kwargs:
-        fields: Sequence[str] = ("prompt", "response", "ground_truth", "data_source", "extra_info", "uid")
-    else:
-        fields = [f for f in SINGLE_FIELDS if f in params]
-    return (
-        spec.name,
-        spec.ref,
-        tuple(freeze(getattr(sample, "response" if f == "solution_str" else f)) for f in fields),
-    )
+    try:
+        fields = _read_fields(spec.fn)
+    except TypeError:  # unhashable callable
+        fields = _read_fields.__wrapped__(spec.fn)
+    return (spec.name, spec.ref, tuple([freeze(getattr(sample, f)) for f in fields]))
 
 
 async def run_tasks(context: ManagerContext, tasks: Sequence[ScoreTask]) -> list[SampleResult]:
@@ -160,10 +173,11 @@ async def run_tasks(context: ManagerContext, tasks: Sequence[ScoreTask]) -> list
         return await context.executor.run(tasks)
     unique, slots = unique_slots(tasks, key=lambda t: dedup_key(t.spec, t.sample))
     results = await context.executor.run(unique)
-    return fan_out(results, slots, copy=_copy)  # duplicates get copies of the first one's result
+    return fan_out(results, slots, copy=copy_result)  # duplicates get copies of the first one's result
 
 
-def _copy(r: SampleResult) -> SampleResult:
+def copy_result(r: SampleResult) -> SampleResult:
+    """A copy of ``r`` whose ``extra`` and ``components`` are its own (for a duplicate sample)."""
     return SampleResult(r.score, r.status, r.reason, r.error, dict(r.extra), dict(r.components))
 
 
@@ -264,6 +278,17 @@ class RewardManager(ABC):
             parts = [("rm", weight, rm)] if rule is None else [("rule", 1.0, rule), ("rm", weight, rm)]
             out.append(combine(parts))
         return out
+
+    def score_now(self, samples: Sequence[Sample]) -> list[SampleResult] | None:
+        """Score the batch synchronously in the calling thread when that gives exactly what
+        :meth:`ascore` would (the engine's fast path for cheap in-process scorers), else ``None``
+        (the caller goes the normal way). Default: ``None``."""
+        return None
+
+    def score_one_now(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_now` of one validated sample: its result, or ``None``."""
+        results = self.score_now([sample])
+        return None if results is None else results[0]
 
     async def aclose(self) -> None:
         """Free what the manager holds (the engine closes executor and backend itself)."""

@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Sequence
 
 from rewardkit.batch import Sample
+from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
 from rewardkit.managers.base import RewardManager, run_tasks
 from rewardkit.result import SampleResult
+from rewardkit.scoring import ScorerSpec, error_result, invoke
 
 
 class NaiveRewardManager(RewardManager):
@@ -20,6 +22,10 @@ class NaiveRewardManager(RewardManager):
 
     name = "naive"
     routes = True
+
+    def __init__(self, context, **kwargs):
+        super().__init__(context, **kwargs)
+        self._routes: dict[str | None, ScorerSpec | None] = {}  # data source -> scorer (routable ones)
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         specs = [self.context.route(s) for s in samples]
@@ -46,3 +52,72 @@ class NaiveRewardManager(RewardManager):
             jobs.append(score_single())
         await asyncio.gather(*jobs)
         return out
+
+    def score_now(self, samples: Sequence[Sample]) -> list[SampleResult] | None:
+        """The whole batch in this thread when no reward model is on and the executor lets every
+        routed scorer run here (``cheap`` built-ins, no deadline): routing and unroutable failures
+        exactly as :meth:`ascore` does them, no event loop, no thread, no executor call."""
+        context = self.context
+        if context.backend is not None or not self._plain_naive():
+            return None
+        specs: list[ScorerSpec | None] = []
+        failed: dict[int, SampleResult] = {}
+        distinct: dict[int, ScorerSpec] = {}
+        route = context.route
+        for pos, sample in enumerate(samples):
+            try:
+                spec = route(sample)
+            except SampleError as e:
+                failed[pos] = context.unroutable_result(e)
+                spec = None
+            else:
+                if id(spec) not in distinct:
+                    distinct[id(spec)] = spec  # type: ignore[assignment]
+            specs.append(spec)
+        if not context.executor.runs_here(distinct.values()):
+            return None
+        # No dedup here: a cheap scorer is pure, so a duplicate scored again gets what the copy
+        # run_tasks would hand it holds, and its dedup key costs as much as the call.
+        limit = context.config.max_input_chars
+        return [
+            failed[pos] if spec is None else _invoke_here(spec, sample, limit)
+            for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True))
+        ]
+
+    def _plain_naive(self) -> bool:
+        """Whether this manager scores as the naive one does (a subclass such as DAPO that changes
+        the scoring does not get the fast path it cannot know about)."""
+        cls = type(self)
+        return cls.score_rules is NaiveRewardManager.score_rules and cls.ascore is RewardManager.ascore
+
+    def score_one_now(self, sample: Sample) -> SampleResult | None:
+        """:meth:`score_now` of one sample, its route remembered per data source (routing reads
+        nothing else); an unroutable sample goes through :meth:`score_now`."""
+        context = self.context
+        spec = self._routes.get(sample.data_source, _UNSEEN)
+        if spec is _UNSEEN:
+            if context.backend is not None or not self._plain_naive():
+                return None
+            try:
+                spec = context.route(sample)
+            except SampleError:
+                return super().score_one_now(sample)
+            self._routes[sample.data_source] = spec  # type: ignore[assignment]
+        if not context.executor.runs_here((spec,)):  # type: ignore[arg-type]
+            return None
+        return _invoke_here(spec, sample, context.config.max_input_chars)  # type: ignore[arg-type]
+
+
+_UNSEEN = object()
+
+
+def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
+    """One scorer call as the inline executor's helper thread makes it: every failure typed."""
+    try:
+        return invoke(spec, sample, limit)
+    except asyncio.CancelledError as e:  # raised by the scorer itself: nothing cancels this call
+        return error_result(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - building the result raised (a broken __str__)
+        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
