@@ -297,8 +297,9 @@ def to_result(value: Any) -> SampleResult:
         score = value["score"]
         skind = type(score)
         if skind is float and score - score == 0.0 or skind is bool or skind is int:
-            extra = {k: v for k, v in value.items() if k != "score"}
-            return SampleResult(score=float(score), status="ok", extra=extra)
+            return SampleResult(
+                score=float(score), status="ok", extra={k: v for k, v in value.items() if k != "score"}
+            )
     extra: dict[str, Any] = {}
     if kind is dict or isinstance(value, Mapping):
         if "score" not in value:

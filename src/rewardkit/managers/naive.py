@@ -94,21 +94,19 @@ class NaiveRewardManager(RewardManager):
         """:meth:`score_now` of one sample, its route remembered per data source (routing reads
         nothing else); an unroutable sample goes through :meth:`score_now`."""
         context = self.context
-        spec = self._routes.get(sample.data_source, _UNSEEN)
-        if spec is _UNSEEN:
+        if sample.data_source in self._routes:
+            spec = self._routes[sample.data_source]
+        else:
             if context.backend is not None or not self._plain_naive():
                 return None
             try:
                 spec = context.route(sample)
             except SampleError:
                 return super().score_one_now(sample)
-            self._routes[sample.data_source] = spec  # type: ignore[assignment]
-        if not context.executor.runs_here((spec,)):  # type: ignore[arg-type]
+            self._routes[sample.data_source] = spec
+        if spec is None or not context.executor.runs_here((spec,)):
             return None
-        return _invoke_here(spec, sample, context.config.max_input_chars)  # type: ignore[arg-type]
-
-
-_UNSEEN = object()
+        return _invoke_here(spec, sample, context.config.max_input_chars)
 
 
 def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
