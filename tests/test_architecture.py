@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "apps",
         (
             "rewardkit.cli",
+            "rewardkit.cli_overrides",
             "rewardkit.server",
             "rewardkit.server_app",
             "rewardkit.server_limits",

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from rewardkit import __version__
+from rewardkit.cli_overrides import apply_overrides, engine_override_options
 
 #: Built-in commands that live in modules too heavy to import for ``--help``: name -> (where, short help).
 _LAZY_COMMANDS = {
@@ -194,25 +195,7 @@ def _summary_table(tally, elapsed: float):
     help="A reward config YAML (the `reward:` section, or verl's layout after migrate-config). "
     "Default: rewardkit's defaults.",
 )
-@click.option(
-    "--executor",
-    type=click.Choice(["auto", "inline", "process", "ray"]),
-    default=None,
-    help="Override reward.executor. Default: the config's.",
-)
-@click.option(
-    "--num-workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override reward.num_workers. Default: the config's.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Override reward.timeout_s (per-sample deadline, seconds). Default: the config's.",
-)
+@engine_override_options
 @click.option(
     "--chunk-size",
     type=click.IntRange(min=1),
@@ -262,13 +245,7 @@ def score(
 
     try:
         config = load_config(config_path)
-        overrides = {
-            k: v
-            for k, v in (("executor", executor), ("num_workers", num_workers), ("timeout_s", timeout_s))
-            if v is not None
-        }
-        if overrides:
-            config = config.model_copy(update=overrides)
+        config = apply_overrides(config, executor=executor, num_workers=num_workers, timeout_s=timeout_s)
     except RewardKitError as e:
         raise click.ClickException(str(e)) from None
     output = output or rollouts.with_suffix(".scored.jsonl")

@@ -38,6 +38,7 @@ from typing import Any
 import click
 from aiohttp import web
 
+from rewardkit.cli_overrides import apply_overrides, engine_override_options
 from rewardkit.errors import RewardKitError
 from rewardkit.server_app import (  # noqa: F401 - the public names of rewardkit.server
     DEFAULT_HOST,
@@ -167,25 +168,7 @@ async def serve(
     default=None,
     help=f"Bearer token clients must send (not on /health). Default: ${TOKEN_ENV}, else none.",
 )
-@click.option(
-    "--executor",
-    type=click.Choice(["auto", "inline", "process", "ray"]),
-    default=None,
-    help="Override reward.executor. Default: the config's.",
-)
-@click.option(
-    "--num-workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override reward.num_workers. Default: the config's.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Override reward.timeout_s (per-sample deadline, seconds). Default: the config's.",
-)
+@engine_override_options
 @click.option(
     "--max-batch",
     default=DEFAULT_MAX_BATCH,
@@ -276,13 +259,7 @@ def serve_command(
         )
     try:
         config = load_config(config_path)
-        overrides = {
-            k: v
-            for k, v in (("executor", executor), ("num_workers", num_workers), ("timeout_s", timeout_s))
-            if v is not None
-        }
-        if overrides:
-            config = config.model_copy(update=overrides)
+        config = apply_overrides(config, executor=executor, num_workers=num_workers, timeout_s=timeout_s)
         app = create_app(
             config,
             token,
