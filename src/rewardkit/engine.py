@@ -144,8 +144,8 @@ class RewardEngine:
             raise RuntimeError("this RewardEngine is closed")
         loop = self._ensure_loop()
         if asyncio.get_running_loop() is loop.loop:
-            return await self._score(samples, tokenizer)
-        return await loop.arun(self._score(samples, tokenizer))
+            return await self._score(self._samples(samples, tokenizer))
+        return await loop.arun(self._score(self._samples(samples, tokenizer)))
 
     def compute(self, samples: Iterable[Any] | Any, *, tokenizer: Any = None) -> RewardResult:
         """Score a batch synchronously (safe to call from inside a running event loop's thread too)."""
@@ -219,11 +219,10 @@ class RewardEngine:
         """Start scoring a batch on the engine's loop and return at once; the result as a future."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
-        return self._ensure_loop().submit(self._score(samples, tokenizer))
+        return self._ensure_loop().submit(self._score(self._samples(samples, tokenizer)))
 
-    async def _score(self, samples: Iterable[Any] | Any, tokenizer: Any = None) -> RewardResult:
-        """Score a batch; runs on the engine's loop."""
-        batch: list[Sample] = self._samples(samples, tokenizer)
+    async def _score(self, batch: list[Sample]) -> RewardResult:
+        """Score a validated batch; runs on the engine's loop."""
         start = time.perf_counter()
         manager = self.manager
         backend = self.backend

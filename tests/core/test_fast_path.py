@@ -60,7 +60,7 @@ def _gsm8k_records(path, n=300):
 
 
 def _normal(engine, records):
-    return engine._ensure_loop().run(engine._score(records))
+    return engine._ensure_loop().run(engine._score(engine._samples(records, None)))
 
 
 def _same(fast, slow):
