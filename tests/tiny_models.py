@@ -218,3 +218,26 @@ def build_tiny_bert_classifier(path: str | Path, *, seed: int = 0):
     model.eval()
     model.save_pretrained(str(path))
     return path
+
+
+def padded_rollout(tokenizer, pairs, prompt_len: int, response_len: int):
+    """Token id lists as verl's rollout lays them out: left-padded prompts, right-padded responses ending
+    in EOS (an empty response is all padding), and the attention mask over both.
+
+    ``pairs`` are ``(prompt, response)`` texts; returns ``(prompts, responses, masks)`` as lists of lists.
+    """
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    prompts, responses, masks = [], [], []
+    for prompt, response in pairs:
+        p = tokenizer(prompt)["input_ids"][-prompt_len:]
+        r = (
+            (tokenizer(response, add_special_tokens=False)["input_ids"] + [eos])[:response_len]
+            if response
+            else []
+        )
+        prompts.append([pad] * (prompt_len - len(p)) + p)
+        responses.append(r + [pad] * (response_len - len(r)))
+        masks.append(
+            [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
+        )
+    return prompts, responses, masks

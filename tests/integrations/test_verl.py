@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from tiny_models import padded_rollout
 
 from rewardkit.errors import ConfigError
 from rewardkit.integrations import verl as rk_verl
@@ -38,20 +39,9 @@ def _fresh_engines(monkeypatch):
 
 def make_dataproto(tokenizer, rows=ROWS, prompt_len=24, response_len=16) -> DataProto:
     """A verl DataProto as the rollout builds it: left-padded prompts, right-padded responses ending in EOS."""
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    prompts, responses, masks = [], [], []
-    for prompt, response, _, _ in rows:
-        p = tokenizer(prompt)["input_ids"][-prompt_len:]
-        r = (
-            (tokenizer(response, add_special_tokens=False)["input_ids"] + [eos])[:response_len]
-            if response
-            else []
-        )
-        prompts.append([pad] * (prompt_len - len(p)) + p)
-        responses.append(r + [pad] * (response_len - len(r)))
-        masks.append(
-            [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
-        )
+    prompts, responses, masks = padded_rollout(
+        tokenizer, [(r[0], r[1]) for r in rows], prompt_len, response_len
+    )
     prompts_t, responses_t = torch.tensor(prompts), torch.tensor(responses)
     attention = torch.tensor(masks)
     import numpy as np

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tiny_models import padded_rollout
 
 import rewardkit
 from rewardkit.integrations.verl import RewardKitRewardManager, close_engines
@@ -30,20 +31,9 @@ class MiniDataProto:
 
 
 def build(tokenizer, rows, prompt_len=12, response_len=10) -> MiniDataProto:
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    prompts, responses, masks = [], [], []
-    for prompt, response, _ in rows:
-        p = tokenizer(prompt)["input_ids"][-prompt_len:]
-        r = (
-            (tokenizer(response, add_special_tokens=False)["input_ids"] + [eos])[:response_len]
-            if response
-            else []
-        )
-        prompts.append([pad] * (prompt_len - len(p)) + p)
-        responses.append(r + [pad] * (response_len - len(r)))
-        masks.append(
-            [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
-        )
+    prompts, responses, masks = padded_rollout(
+        tokenizer, [(r[0], r[1]) for r in rows], prompt_len, response_len
+    )
     return MiniDataProto(
         {
             "prompts": torch.tensor(prompts),

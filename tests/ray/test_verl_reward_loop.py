@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import padded_rollout
 
 from rewardkit.errors import SampleError
 
@@ -43,20 +44,9 @@ def tokenizer_dir(tmp_path_factory):
 def make_dataproto(tokenizer, rows, prompt_len=16, response_len=12):
     from verl.protocol import DataProto
 
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    prompts, responses, masks = [], [], []
-    for prompt, response, _, _ in rows:
-        p = tokenizer(prompt)["input_ids"][-prompt_len:]
-        r = (
-            (tokenizer(response, add_special_tokens=False)["input_ids"] + [eos])[:response_len]
-            if response
-            else []
-        )
-        prompts.append([pad] * (prompt_len - len(p)) + p)
-        responses.append(r + [pad] * (response_len - len(r)))
-        masks.append(
-            [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
-        )
+    prompts, responses, masks = padded_rollout(
+        tokenizer, [(r[0], r[1]) for r in rows], prompt_len, response_len
+    )
     prompts_t, responses_t = torch.tensor(prompts), torch.tensor(responses)
     return DataProto.from_dict(
         tensors={
