@@ -241,3 +241,27 @@ def padded_rollout(tokenizer, pairs, prompt_len: int, response_len: int):
             [0] * (prompt_len - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (response_len - len(r))
         )
     return prompts, responses, masks
+
+
+def cpu_grpo_config(output_dir: str | Path, *, max_steps: int, **overrides):
+    """TRL ``GRPOConfig`` for a few real GRPO steps of a tiny model on CPU: batch 4, 2 generations of
+    8 tokens, no saving, no reporting, deterministic; ``overrides`` replace or add fields."""
+    from trl import GRPOConfig
+
+    settings = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=max_steps,
+        logging_steps=1,
+        learning_rate=1e-4,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    return GRPOConfig(**{**settings, **overrides})

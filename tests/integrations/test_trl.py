@@ -114,9 +114,9 @@ def test_grpo_trainer_logs_rewardkit_rewards(scorer_path, tmp_path):
     """One real GRPO step on CPU: TRL calls the rewardkit functions and logs their rewards."""
     pytest.importorskip("trl", reason="TRL is not installed (pip install trl)")
     from datasets import Dataset
-    from tiny_models import build_tiny_causal_lm
+    from tiny_models import build_tiny_causal_lm, cpu_grpo_config
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     model_dir = build_tiny_causal_lm(tmp_path / "policy")
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -136,22 +136,7 @@ def test_grpo_trainer_logs_rewardkit_rewards(scorer_path, tmp_path):
             for i in range(4)
         ]
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=8,
-        max_steps=1,
-        logging_steps=1,
-        learning_rate=1e-4,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
+    args = cpu_grpo_config(tmp_path / "out", max_steps=1)
     trainer = GRPOTrainer(
         model=model, reward_funcs=[length, broken], args=args, train_dataset=dataset, processing_class=tok
     )

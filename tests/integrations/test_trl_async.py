@@ -134,9 +134,9 @@ def test_failure_reasons_keep_being_logged_once_seen(rk_config):
 def test_grpo_trainer_two_steps_with_failing_and_async_judge_rewards(scorer_path, judge, tmp_path):
     """Two real GRPO steps on CPU: a reward that always fails, an async judge-backed one."""
     from datasets import Dataset
-    from tiny_models import build_tiny_causal_lm
+    from tiny_models import build_tiny_causal_lm, cpu_grpo_config
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     judge.reset()
     model_dir = build_tiny_causal_lm(tmp_path / "policy")
@@ -150,23 +150,7 @@ def test_grpo_trainer_two_steps_with_failing_and_async_judge_rewards(scorer_path
     dataset = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(4)]
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-4,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-        log_completions=True,
-    )
+    args = cpu_grpo_config(tmp_path / "out", max_steps=2, log_completions=True)
     trainer = GRPOTrainer(
         model=model, reward_funcs=[broken, judged], args=args, train_dataset=dataset, processing_class=tok
     )
