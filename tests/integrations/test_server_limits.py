@@ -185,44 +185,19 @@ def test_slow_clients_are_cut_off_and_connections_capped(server):
         s.close()
 
 
-def test_a_hanging_request_does_not_hold_up_other_clients(server):
-    """Head-of-line: one-sample requests are answered while another client's batch hangs."""
-    srv = server()
+def _five_during_a_hang(srv, hang_body: dict, settle_s: float = 0.0):
+    """Post ``hang_body`` from a thread, then five one-sample requests at once while it runs.
+
+    Returns ``(answers, quick, slow, hung)``: each quick request's answer with its own seconds, the
+    seconds until all five were answered, the seconds until the hanging one was, and its answer.
+    """
     hung: dict = {}
-    batch = {"samples": [{"response": "SLEEP 3"} for _ in range(2)]}
-    thread = threading.Thread(target=lambda: hung.update(answer=srv.post("/v1/score", batch)))
     start = time.monotonic()
+    thread = threading.Thread(target=lambda: hung.update(answer=srv.post("/v1/score", hang_body)))
     thread.start()
     while srv.get("/health")[1]["in_flight"] < 1:
         time.sleep(0.05)
-
-    async def five():
-        return await asyncio.gather(*(asyncio.to_thread(srv.post, "/v1/score", GOOD) for _ in range(5)))
-
-    answers = asyncio.run(five())
-    quick = time.monotonic() - start
-    assert all(a == (200, {**a[1], "scores": [1.0]}) for a in answers)
-    thread.join(timeout=120)
-    slow = time.monotonic() - start
-    assert hung["answer"][0] == 200
-    assert quick < slow / 2, (quick, slow)
-
-
-def test_process_executor_shares_its_pool_with_one_lane(server):
-    """Head-of-line with the default ``--lanes 1``: the process pool is shared fairly, so while one
-    request's scorer hangs, each of five one-sample requests finishes in a small fraction of the hang
-    (each took the whole hang, 8.8 s, when the executor ran one job at a time)."""
-    srv = server("--executor", "process", "--num-workers", "2", "--timeout", "60")
-    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # workers started
-    hung: dict = {}
-    start = time.monotonic()
-    thread = threading.Thread(
-        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 6"}]}))
-    )
-    thread.start()
-    while srv.get("/health")[1]["in_flight"] < 1:
-        time.sleep(0.05)
-    time.sleep(0.3)  # the hanging sample is on a worker by now
+    time.sleep(settle_s)
 
     def timed() -> tuple[tuple[int, dict], float]:
         t0 = time.monotonic()
@@ -232,9 +207,30 @@ def test_process_executor_shares_its_pool_with_one_lane(server):
         return await asyncio.gather(*(asyncio.to_thread(timed) for _ in range(5)))
 
     answers = asyncio.run(five())
+    quick = time.monotonic() - start
     thread.join(timeout=120)
-    hang = time.monotonic() - start
-    assert hung["answer"][0] == 200 and hung["answer"][1]["status"] == ["ok"]
+    return answers, quick, time.monotonic() - start, hung["answer"]
+
+
+def test_a_hanging_request_does_not_hold_up_other_clients(server):
+    """Head-of-line: one-sample requests are answered while another client's batch hangs."""
+    srv = server()
+    batch = {"samples": [{"response": "SLEEP 3"} for _ in range(2)]}
+    answers, quick, slow, hung = _five_during_a_hang(srv, batch)
+    assert all(a == (200, {**a[1], "scores": [1.0]}) for a, _ in answers)
+    assert hung[0] == 200
+    assert quick < slow / 2, (quick, slow)
+
+
+def test_process_executor_shares_its_pool_with_one_lane(server):
+    """Head-of-line with the default ``--lanes 1``: the process pool is shared fairly, so while one
+    request's scorer hangs, each of five one-sample requests finishes in a small fraction of the hang
+    (each took the whole hang, 8.8 s, when the executor ran one job at a time)."""
+    srv = server("--executor", "process", "--num-workers", "2", "--timeout", "60")
+    assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # workers started
+    # by 0.3 s after it arrives the hanging sample is on a worker
+    answers, _, hang, hung = _five_during_a_hang(srv, {"samples": [{"response": "SLEEP 6"}]}, settle_s=0.3)
+    assert hung[0] == 200 and hung[1]["status"] == ["ok"]
     assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a, _ in answers)
     took = [t for _, t in answers]
     assert max(took) < hang / 4, (took, hang)
@@ -246,24 +242,9 @@ def test_lanes_keep_a_hung_process_executor_job_from_blocking_other_clients(serv
     srv = server("--executor", "process", "--num-workers", "1", "--timeout", "60", "--lanes", "2")
     assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]  # both lanes' first use: lane 0 warm
     assert srv.post("/v1/score", GOOD)[1]["scores"] == [1.0]
-    hung: dict = {}
-    start = time.monotonic()
-    thread = threading.Thread(
-        target=lambda: hung.update(answer=srv.post("/v1/score", {"samples": [{"response": "SLEEP 8"}]}))
-    )
-    thread.start()
-    while srv.get("/health")[1]["in_flight"] < 1:
-        time.sleep(0.05)
-
-    async def five():
-        return await asyncio.gather(*(asyncio.to_thread(srv.post, "/v1/score", GOOD) for _ in range(5)))
-
-    answers = asyncio.run(five())
-    quick = time.monotonic() - start
-    assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a in answers)
-    thread.join(timeout=120)
-    slow = time.monotonic() - start
-    assert hung["answer"][0] == 200 and slow >= 8
+    answers, quick, slow, hung = _five_during_a_hang(srv, {"samples": [{"response": "SLEEP 8"}]})
+    assert all(a[0] == 200 and a[1]["scores"] == [1.0] for a, _ in answers)
+    assert hung[0] == 200 and slow >= 8
     assert quick < slow / 2, (quick, slow)
 
 
