@@ -48,6 +48,7 @@ from rewardkit.scorers.sandbox_isolation import (  # noqa: F401  (SandboxUnavail
     sandbox_env,
 )
 from rewardkit.scorers.sandbox_isolation import command as isolation_command
+from rewardkit.scorers.sandbox_launcher import RLIMIT_SOURCE
 from rewardkit.scorers.sandbox_limits import LAUNCH_FAILED, Limits  # noqa: F401  (re-exported)
 
 # The launcher forks: the child sets the limits, drops privileges and execs the program; the parent
@@ -56,15 +57,7 @@ from rewardkit.scorers.sandbox_limits import LAUNCH_FAILED, Limits  # noqa: F401
 _LAUNCHER = r"""
 import json, os, resource, sys
 c = json.loads(sys.argv[1])
-def limit(name, soft, hard=None):
-    res = getattr(resource, name, None)
-    if res is None or soft is None:
-        return
-    hard = soft if hard is None else hard
-    _, cur = resource.getrlimit(res)
-    if cur != resource.RLIM_INFINITY:
-        soft, hard = min(soft, cur), min(hard, cur)
-    resource.setrlimit(res, (soft, hard))
+__RLIMIT__
 launcher = os.getpid()
 pid = os.fork()
 if pid == 0:
@@ -93,7 +86,7 @@ if c["status_file"]:
     with open(c["status_file"], "w") as f:
         f.write(str(status))
 os._exit(0)
-""".replace("%d", str(LAUNCH_FAILED))
+""".replace("%d", str(LAUNCH_FAILED)).replace("__RLIMIT__\n", RLIMIT_SOURCE)
 
 
 @dataclass

@@ -18,6 +18,19 @@ Its own failures exit with :data:`rewardkit.scorers.sandbox.LAUNCH_FAILED` and a
 
 from __future__ import annotations
 
+#: ``limit(name, soft, hard=None)``: set an rlimit, never above what the process already has. Source
+#: text shared by this launcher and the unconfined one in :mod:`rewardkit.scorers.sandbox`.
+RLIMIT_SOURCE = r"""def limit(name, soft, hard=None):
+    res = getattr(resource, name, None)
+    if res is None or soft is None:
+        return
+    hard = soft if hard is None else hard
+    _, cur = resource.getrlimit(res)
+    if cur != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur), min(hard, cur)
+    resource.setrlimit(res, (soft, hard))
+"""
+
 LAUNCHER = r"""
 import ctypes, json, os, resource, sys
 c = json.loads(sys.argv[1])
@@ -89,15 +102,7 @@ def build_root(root):
     os.chdir("/")
     mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
-def limit(name, soft, hard=None):
-    res = getattr(resource, name, None)
-    if res is None or soft is None:
-        return
-    hard = soft if hard is None else hard
-    _, cur = resource.getrlimit(res)
-    if cur != resource.RLIM_INFINITY:
-        soft, hard = min(soft, cur), min(hard, cur)
-    resource.setrlimit(res, (soft, hard))
+__RLIMIT__
 
 def nested_user(inner, outer, required):
     # A user namespace of the program's own, in which no further one can be made: the program cannot
@@ -170,4 +175,4 @@ while True:
         break
 os.write(c["status_fd"], str(status).encode())
 os._exit(0)
-"""
+""".replace("__RLIMIT__\n", RLIMIT_SOURCE)
