@@ -109,8 +109,9 @@ async def test_tasks_behind_a_slow_one_move_to_a_free_worker(executor, spec, tas
     assert moved and all(p != slow_pid for p in moved), results  # scored by the free worker
 
 
-def test_workers_fork_with_the_built_in_scorers_and_math_verify_loaded(scorer_file, tmp_path):
-    """The fork server preloads what the first batch's built-in scorers import, once for every worker."""
+def test_workers_fork_with_the_built_in_scorers_and_math_verify_loaded_and_warm(scorer_file, tmp_path):
+    """The fork server preloads what the first batch's built-in scorers import, once for every worker,
+    and runs their warm-up: sympy.physics.units is imported only by sympy's first simplify()."""
     script = tmp_path / "warm.py"
     script.write_text(
         textwrap.dedent(
@@ -131,14 +132,15 @@ def test_workers_fork_with_the_built_in_scorers_and_math_verify_loaded(scorer_fi
                 fn, ref = load_function({str(scorer_file)!r}, "loaded")
                 fresh = ProcessExecutor(RewardConfig(num_workers=1))  # a new worker from the fork server
                 tasks = [ScoreTask(ScorerSpec("loaded", fn, ref), Sample(i, m)) for i, m in
-                         enumerate(["math_verify", "rewardkit.scorers.math_boxed", "rewardkit.scorers.code"])]
+                         enumerate(["math_verify", "rewardkit.scorers.math_boxed", "sympy.physics.units",
+                                    "rewardkit.scorers.code"])]
                 print(r[0].score, [x.extra["loaded"] for x in asyncio.run(fresh.run(tasks))], flush=True)
                 fresh.close()
             """
         )
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "1.0 [True, True, False]", out.stdout + out.stderr
+    assert out.stdout.strip() == "1.0 [True, True, True, False]", out.stdout + out.stderr
 
 
 async def test_a_hanging_batch_scorer_call_does_not_hold_up_other_calls(executor, spec, task):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 import threading
 import time
 
 import pytest
 
+from rewardkit.scorers import math_boxed
 from rewardkit.scorers.math_boxed import compute_score, gold_answers
 
 from .conftest import perturb
@@ -123,3 +125,15 @@ def test_gold_is_passed_first_to_math_verify():
     other way round. Swapping the arguments flips both of these."""
     assert compute_score("\\boxed{(-\\infty,3)}", "x<3")["acc"] is True
     assert compute_score("\\boxed{x<3}", "(-\\infty,3)")["acc"] is False
+
+
+def test_warm_up_builds_what_the_first_samples_would_and_leaves_no_answer_cached():
+    """warm_up() (run by the process executor's fork server) imports sympy's late modules and leaves
+    the parse and verdict caches empty, so a warmed process scores exactly as a fresh one."""
+    math_boxed.clear_caches()
+    math_boxed.warm_up()
+    assert "sympy.physics.units" in sys.modules  # imported by sympy's first simplify()
+    for cached in (math_boxed._parse_boxed, math_boxed._parse_free, math_boxed._verdict):
+        assert cached.cache_info().currsize == 0
+    assert math_boxed.compute_score("\\boxed{\\frac{1}{9}}", "\\frac{1}{9}")["acc"] is True
+

@@ -33,6 +33,7 @@ from rewardkit.executors.process_worker import (
     _LIMIT,
     _MAIN_ENV,
     _NO_LIMIT,
+    WARM_ENV,
     _fields_read,
     _prepare_fork_server,
     _slim,
@@ -280,7 +281,7 @@ class Supervisor(Failures):
         state = self._ctx.RawArray("d", [-1.0, _IDLE, 0.0, _NO_LIMIT])
         self._worker_n += 1
         token = f"{self._uid}:{self._worker_n}"
-        environ = {k: v for k, v in os.environ.items() if k != _MAIN_ENV}
+        environ = {k: v for k, v in os.environ.items() if k not in (_MAIN_ENV, WARM_ENV)}
         environ[process_tree.TOKEN_ENV] = token
         proc = self._ctx.Process(
             target=_worker_main,

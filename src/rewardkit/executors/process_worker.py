@@ -318,11 +318,14 @@ def _slim(sample: Sample, keep: tuple[str, ...]) -> Sample:
 # module, which, seeing this variable there, gives the fork server's own (empty) __main__ the
 # parent's file name or module name: multiprocessing then takes it as already loaded in every worker.
 _MAIN_ENV = "REWARDKIT_PARENT_MAIN"
+#: Comma-separated scorer modules whose ``warm_up()`` the fork server runs (see process_warm).
+WARM_ENV = "REWARDKIT_FORKSERVER_WARM"
 
 
 def _prepare_fork_server(ctx, preload: Sequence[str] = ()) -> None:
     """Before the fork server starts: preload this module (and ``preload``: built-in scorer modules, so
-    that every worker forks warm), not ``__main__``, and name the parent's main."""
+    that every worker forks warm, their ``warm_up()`` run by :mod:`~rewardkit.executors.process_warm`),
+    not ``__main__``, and name the parent's main."""
     from multiprocessing import process
 
     main = sys.modules.get("__main__")
@@ -335,7 +338,12 @@ def _prepare_fork_server(ctx, preload: Sequence[str] = ()) -> None:
         if not os.path.isabs(path) and original_dir is not None:
             path = os.path.join(original_dir, path)
         os.environ[_MAIN_ENV] = f"path:{os.path.normpath(path)}"
-    ctx.set_forkserver_preload(["rewardkit.executors.process", *preload])
+    scorers = [m for m in preload if m.startswith("rewardkit.scorers.")]
+    if scorers:
+        os.environ[WARM_ENV] = ",".join(scorers)
+    else:
+        os.environ.pop(WARM_ENV, None)
+    ctx.set_forkserver_preload(["rewardkit.executors.process", *preload, "rewardkit.executors.process_warm"])
 
 
 def _adopt_parent_main() -> None:
