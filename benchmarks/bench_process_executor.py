@@ -91,7 +91,10 @@ def bench_math(workers: int, repeat: int) -> None:
     for _ in range(repeat):
         for state, walls in (("warm", bare), ("cold", cold)):
             out = subprocess.run(
-                [sys.executable, "-c", BARE_LOOP, str(MATH), state], capture_output=True, text=True, check=True
+                [sys.executable, "-c", BARE_LOOP, str(MATH), state],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             wall, cpu = map(float, out.stdout.split())
             walls.append(wall)

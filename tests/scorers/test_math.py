@@ -136,4 +136,3 @@ def test_warm_up_builds_what_the_first_samples_would_and_leaves_no_answer_cached
     for cached in (math_boxed._parse_boxed, math_boxed._parse_free, math_boxed._verdict):
         assert cached.cache_info().currsize == 0
     assert math_boxed.compute_score("\\boxed{\\frac{1}{9}}", "\\frac{1}{9}")["acc"] is True
-
