@@ -109,19 +109,23 @@ def to_sample(record: Any, index: int) -> Sample:
         raise SampleError(index, "response", "missing (every sample needs the model's response)")
     if response is None:  # a lost generation, not an empty one: scoring it would hide the bug
         raise SampleError(index, rfield, "is None (an empty response is the string '')")
-    if not isinstance(response, str):
+    if type(response) is not str and not isinstance(
+        response, str
+    ):  # (type checks first: this runs per sample)
         raise SampleError(index, rfield, f"must be a string, got {type(response).__name__}")
 
     prompt = record.get("prompt", "")
     if prompt is None:
         prompt = ""
-    if isinstance(prompt, list):
+    if type(prompt) is str:
+        pass
+    elif isinstance(prompt, list):
         prompt = _check_messages(index, prompt)
     elif not isinstance(prompt, str):
         raise SampleError(index, "prompt", f"must be a string or chat messages, got {type(prompt).__name__}")
 
     data_source = record.get("data_source")
-    if data_source is not None and not isinstance(data_source, str):
+    if data_source is not None and type(data_source) is not str and not isinstance(data_source, str):
         raise SampleError(index, "data_source", f"must be a string, got {type(data_source).__name__}")
 
     if "ground_truth" in record:
@@ -140,7 +144,9 @@ def to_sample(record: Any, index: int) -> Sample:
     extra_info = record.get("extra_info")
     if extra_info is None:
         extra_info = {}
-    elif type(extra_info) is not dict and not isinstance(extra_info, Mapping):
+    elif type(extra_info) is dict:
+        extra_info = extra_info.copy()
+    elif not isinstance(extra_info, Mapping):
         raise SampleError(index, "extra_info", f"must be a dict, got {type(extra_info).__name__}")
     else:
         extra_info = dict(extra_info)
@@ -150,23 +156,16 @@ def to_sample(record: Any, index: int) -> Sample:
                 extra_info.setdefault(k, v)
 
     uid = record.get("uid")
-    if uid is not None and not isinstance(uid, str | int):
-        raise SampleError(index, "uid", f"must be a string or int, got {type(uid).__name__}")
+    if uid is not None and type(uid) is not str:
+        if not isinstance(uid, str | int):
+            raise SampleError(index, "uid", f"must be a string or int, got {type(uid).__name__}")
+        uid = str(uid)
 
     length = record.get("response_length")
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
         raise SampleError(index, "response_length", f"must be a non-negative int, got {length!r}")
 
-    return Sample(
-        index=index,
-        response=response,
-        prompt=prompt,
-        data_source=data_source,
-        ground_truth=ground_truth,
-        extra_info=extra_info,
-        uid=None if uid is None else str(uid),
-        response_length=length,
-    )
+    return Sample(index, response, prompt, data_source, ground_truth, extra_info, uid, length)
 
 
 def to_samples(records: Iterable[Any]) -> list[Sample]:

@@ -194,6 +194,21 @@ class RewardEngine:
             return None
         return self.manager.score_one_now(sample)
 
+    def score_fields_here(
+        self,
+        data_source: str | None,
+        response: str,
+        ground_truth: Any = None,
+        extra_info: dict[str, Any] | None = None,
+    ) -> SampleResult | None:
+        """:meth:`score_one_here` of a sample given as plain fields (``response`` a ``str``), without
+        building a :class:`Sample` where the routed scorer reads only these fields; else ``None``."""
+        if self._closed:
+            raise RuntimeError("this RewardEngine is closed")
+        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+            return None
+        return self.manager.score_fields_now(data_source, response, ground_truth, extra_info or {})
+
     def score_one(self, sample: Any) -> SampleResult:
         """Score one sample (a record or :class:`Sample`): in this thread where :meth:`compute_here`
         applies, else through :meth:`compute`."""

@@ -156,8 +156,17 @@ def _batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
 
 def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
     """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
-    if len(ids) == 1:  # verl's per-sample calls: two tolist() beat four tensor ops
-        row = [t for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m != 0]
+    if len(ids) == 1:  # verl's per-sample calls: two tolist() and C-level list scans beat tensor ops
+        row, flags = ids[0].tolist(), mask[0].tolist()
+        if len(row) != len(flags):
+            raise ValueError(f"ids have {len(row)} columns but the mask has {len(flags)}")
+        kept = len(flags) - flags.count(0)
+        if 0 not in flags[:kept]:  # right padding (or none)
+            row = row[:kept]
+        elif 0 not in flags[len(flags) - kept :]:  # left padding
+            row = row[len(flags) - kept :]
+        else:
+            row = [t for t, m in zip(row, flags, strict=True) if m != 0]
         return [row], [len(row)]
     keep = mask != 0
     lengths = keep.sum(dim=-1).tolist()

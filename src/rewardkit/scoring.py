@@ -272,8 +272,19 @@ def ref_of(fn: Callable) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
+_NO_SCORE = object()
+
+
 def to_result(value: Any) -> SampleResult:
     """Turn what a scorer returned into a :class:`SampleResult`."""
+    kind = type(value)
+    if kind is dict:  # the common return first: {"score": finite number, ...extras}
+        score = value.get("score", _NO_SCORE)
+        skind = type(score)
+        if skind is float and score - score == 0.0 or skind is int or skind is bool:
+            rest = value.copy()
+            del rest["score"]
+            return SampleResult(float(score), "ok", None, None, rest)
     if value is None:
         return SampleResult.abstained()
     if isinstance(value, SampleResult):
@@ -286,20 +297,12 @@ def to_result(value: Any) -> SampleResult:
                 "invalid_return", f"scorer returned an ok SampleResult with score {value.score!r:.80}"
             )
         return value
-    kind = type(value)
     if kind is float:  # the common returns first, with the checks below
         if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
             return SampleResult(score=value, status="ok", extra={})
         return SampleResult.failed("invalid_return", f"scorer returned {value}")
     if kind is bool or kind is int:
         return SampleResult(score=float(value), status="ok", extra={})
-    if kind is dict and "score" in value:
-        score = value["score"]
-        skind = type(score)
-        if skind is float and score - score == 0.0 or skind is bool or skind is int:
-            return SampleResult(
-                score=float(score), status="ok", extra={k: v for k, v in value.items() if k != "score"}
-            )
     extra: dict[str, Any] = {}
     if kind is dict or isinstance(value, Mapping):
         if "score" not in value:
@@ -355,8 +358,14 @@ def invoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None)
     too_large = _too_large(sample, max_input_chars)
     if too_large is not None:
         return too_large
+    return call_with(spec, spec.build_kwargs(sample))
+
+
+def call_with(spec: ScorerSpec, kwargs: dict[str, Any]) -> SampleResult:
+    """Call a scorer with its keyword arguments built: what it returned as a result, every failure
+    typed (async scorers run in a private event loop)."""
     try:
-        value = spec.fn(**spec.build_kwargs(sample))
+        value = spec.fn(**kwargs)
         if type(value) not in _PLAIN_RETURNS and inspect.isawaitable(value):
             value = asyncio.run(_await(value))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -364,6 +373,20 @@ def invoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None)
     except BaseException as e:  # noqa: BLE001 - math-verify's TimeoutException is a BaseException
         return error_result(e)
     return to_result(value)
+
+
+#: The sample fields :meth:`NaiveRewardManager.score_fields_now
+#: <rewardkit.managers.naive.NaiveRewardManager.score_fields_now>` passes without a Sample.
+CALL_FIELDS = ("response", "ground_truth", "data_source", "extra_info")
+
+
+def field_params(fn: Callable) -> tuple[tuple[str, int], ...] | None:
+    """``(parameter, index in CALL_FIELDS)`` for a one-sample scorer that reads only
+    :data:`CALL_FIELDS`; ``None`` if it reads anything else (the sample itself, the prompt...)."""
+    params = _single_params(fn)
+    if any(attr not in CALL_FIELDS for _name, attr in params):
+        return None
+    return tuple((name, CALL_FIELDS.index(attr)) for name, attr in params)
 
 
 #: Return types that are never awaitable (checked before the slower ``inspect.isawaitable``).

@@ -227,3 +227,100 @@ def test_score_one_here_routes_once_per_data_source_and_falls_back_when_unroutab
             rewardkit.Sample(0, "x" * 60_000, data_source="openai/gsm8k", ground_truth="2")
         )
         assert big is not None and big.reason == "input_too_large"
+
+
+FIELDS_PLUGIN = """
+import rewardkit
+
+def reads_extra(response, extra_info):
+    if response == "raise":
+        raise ValueError("boom")
+    if response == "nan":
+        return float("nan")
+    return {"score": float(extra_info.get("w", 0.25)), "keys": sorted(extra_info)}
+
+def reads_sample(sample):
+    return 1.0
+
+def reads_prompt(prompt, response):
+    return float(len(prompt))
+
+@rewardkit.hookimpl
+def register_scorers(register):
+    register(reads_extra, name="reads_extra", data_sources=["extra"], cheap=True)
+    register(reads_sample, name="reads_sample", data_sources=["sample"], cheap=True)
+    register(reads_prompt, name="reads_prompt", data_sources=["prompt"], cheap=True)
+"""
+
+
+def test_compute_score_on_plain_fields_equals_the_sample_path(monkeypatch):
+    """verl's compute_score calls the scorer with the fields it reads, without building a Sample;
+    whatever the sample, the result (failures, extras, too large input, unroutable) is the usual one."""
+    calls = [
+        (
+            "openai/gsm8k",
+            "so it is #### 1,234",
+            "1234",
+            {"index": 1, "num_turns": None, "rollout_reward_scores": {}},
+        ),
+        ("openai/gsm8k", "", "3", None),  # empty response
+        ("openai/gsm8k", "答案 #### 42 ✓", "42", {}),
+        ("openai/gsm8k", "x" * 60_000 + " #### 1", "1", {}),  # over max_input_chars
+        ("extra", "ok", None, {"w": 0.75, "nested": {"a": [1, 2]}}),
+        ("extra", "raise", None, {}),
+        ("extra", "nan", None, {}),
+        ("sample", "x", None, {}),  # reads the sample: the usual path
+        ("prompt", "x", None, {}),  # reads the prompt (verl passes none): the usual path
+        ("no/such-source", "#### 1", "1", {}),
+        (None, "#### 1", "1", {}),
+    ]
+    with install_plugin(FIELDS_PLUGIN, name="fields_probe"), RewardEngine({"executor": "inline"}) as engine:
+        usual = []
+        for ds, response, gt, extra in calls:
+            sample = rewardkit.Sample(
+                0, response, data_source=ds, ground_truth=gt, extra_info=dict(extra or {})
+            )
+            r = engine.score_one_here(sample) or engine.compute([sample]).samples[0]
+            usual.append((r.status, r.score, r.reason, r.error and r.error.split(" (at ")[0], r.extra))
+        fields = []
+        for ds, response, gt, extra in calls:
+            r = engine.score_fields_here(ds, response, gt, extra)
+            if r is None:
+                sample = rewardkit.Sample(
+                    0, response, data_source=ds, ground_truth=gt, extra_info=dict(extra or {})
+                )
+                r = engine.score_one_here(sample) or engine.compute([sample]).samples[0]
+            fields.append((r.status, r.score, r.reason, r.error and r.error.split(" (at ")[0], r.extra))
+        assert fields == usual
+        taken = [engine.score_fields_here(ds, resp, gt, extra) is not None for ds, resp, gt, extra in calls]
+        assert taken == [True, True, True, False, True, True, True, False, False, False, False]
+        assert [u[0] for u in usual] == ["ok"] * 3 + [
+            "failed",
+            "ok",
+            "failed",
+            "failed",
+            "ok",
+            "ok",
+            "failed",
+            "failed",
+        ]
+        assert usual[3][2] == "input_too_large" and usual[5][3] == "ValueError: boom"
+        assert usual[6][2] == "invalid_return" and usual[9][2] == "unroutable"
+        assert usual[4][1] == 0.75 and usual[4][4] == {"keys": ["nested", "w"]}
+
+
+def test_verl_compute_score_takes_the_fields_path_and_reports_the_same(monkeypatch):
+    monkeypatch.delenv(rk_verl.ENV_CONFIG, raising=False)
+    cfg = {"executor": "inline"}
+    try:
+        first = rk_verl.compute_score("openai/gsm8k", "#### 7", "7", {"index": 0}, rewardkit_config=cfg)
+        engine = rk_verl._engine_for(cfg)
+        monkeypatch.setattr(rk_verl, "_record", lambda *a: pytest.fail("a Sample was built"))
+        again = rk_verl.compute_score("openai/gsm8k", "#### 7", "7", {"index": 1}, rewardkit_config=cfg)
+        assert first == again and first["score"] == 1.0 and first["status"] == "ok"
+        assert engine.manager._field_plans["openai/gsm8k"] is not None
+        monkeypatch.undo()
+        with pytest.raises(rewardkit.SampleError, match="response.*must be a string"):  # validated as before
+            rk_verl.compute_score("openai/gsm8k", 7, "7", None, rewardkit_config=cfg)
+    finally:
+        rk_verl.close_engines()

@@ -218,3 +218,29 @@ def test_decoded_samples_reindexed_or_subset_score_like_the_whole_batch(rk_confi
     assert last.scores[0] == whole.scores[3] and last.status == whole.status[3:]
     again = as_samples(samples[1:2])
     assert again[0].index == 0 and again[0].prompt == "Unicode: 数学 café?"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [1, 1, 1, 0, 0],  # right padding
+        [0, 0, 1, 1, 1],  # left padding
+        [1, 1, 1, 1, 1],  # none
+        [0, 0, 0, 0, 0],  # all padding: an empty response
+        [1, 0, 1, 0, 1],  # holes: only the kept tokens, in order
+        [0, 1, 1, 0, 0],  # both sides
+        [2, 1, 0, 0, 0],  # a mask that is not 0/1: nonzero means kept
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool])
+def test_one_row_valid_ids_match_the_batch_rule(flags, dtype):
+    """verl's per-sample calls take a list fast path: it keeps exactly what the tensor rule keeps."""
+    from rewardkit.inputs import _valid_ids
+
+    ids = torch.tensor([[11, 12, 13, 14, 15]])
+    mask = torch.tensor([flags]).to(dtype)
+    rows, lengths = _valid_ids(ids, mask)
+    expected = [t for t, m in zip(ids[0].tolist(), mask[0].tolist(), strict=True) if m]
+    assert rows == [expected] and lengths == [len(expected)]
+    two_rows, _ = _valid_ids(ids.repeat(2, 1), mask.repeat(2, 1))  # the tensor path agrees
+    assert two_rows == [expected, expected]

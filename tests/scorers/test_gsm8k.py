@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from rewardkit.scorers._text import truncate
 from rewardkit.scorers.gsm8k import compute_score, extract_answer, parse_ground_truth
 
 from .conftest import perturb
@@ -127,3 +128,19 @@ def test_a_negative_dollar_amount_is_negative():
     assert compute_score("\\boxed{-$15}", "-15")["acc"] is True
     assert compute_score("#### -$15", "-15")["acc"] is True
     assert compute_score("costs $20 - $5 = $15", "15")["acc"] is True
+
+
+def test_parsed_numbers_are_cached_by_text_but_long_ones_are_not_kept():
+    """Golds and answers are parsed once per distinct text; a huge number is compared, not cached."""
+    from rewardkit.scorers import gsm8k
+
+    gsm8k._number.cache_clear()
+    gsm8k._gold_of_text.cache_clear()
+    for _ in range(3):
+        assert compute_score("so #### 1,234", "1234")["acc"] is True
+        assert compute_score("so #### 1235", "1,234")["acc"] is False
+    assert gsm8k._number.cache_info().currsize == 2 and gsm8k._gold_of_text.cache_info().currsize == 2
+    huge = "9" * 5000
+    assert compute_score(f"#### {huge}", huge) == {"score": 1.0, "acc": True, "pred": truncate(huge)}
+    assert compute_score(f"#### {huge}8", huge)["acc"] is False
+    assert gsm8k._number.cache_info().currsize == 2 and gsm8k._gold_of_text.cache_info().currsize == 2

@@ -60,22 +60,35 @@ def sample_info(
 ) -> dict[str, Any]:
     """One sample's info under :func:`info_keys` (``None`` for what it lacks); ``components`` is
     :func:`component_keys` of ``config`` when the caller has it already (a batch)."""
+    extra = result.extra
+    score = result.score
     info: dict[str, Any] = {
-        "score": reported_score(result, config),
+        "score": float(score)
+        if result.status == "ok" and score is not None and math.isfinite(score)
+        else float(fallback_score(result, config)),
         "status": result.status,
         "reason": result.reason or "",
         "error": (result.error or "") if result.status == "failed" else "",
-        "acc": _plain(result.extra.get("acc")),
-        "pred": _plain(result.extra.get("pred")),
+        "acc": _plain(extra.get("acc")),
+        "pred": _plain(extra.get("pred")),
     }
     for k in config.extra_keys:
-        info.setdefault(k, _plain(result.extra.get(k)))
+        info.setdefault(k, _plain(extra.get(k)))
     for key in component_keys(config) if components is None else components:
         info.setdefault(key, result.components.get(key[len("component/") :]))
-    rest = {k: v for k, v in result.extra.items() if k not in info}
-    rest.update({f"component/{k}": v for k, v in result.components.items() if f"component/{k}" not in info})
+    rest = {k: v for k, v in extra.items() if k not in info} if len(extra) > 2 or _other_keys(extra) else None
+    if result.components:
+        rest = rest or {}
+        rest.update(
+            {f"component/{k}": v for k, v in result.components.items() if f"component/{k}" not in info}
+        )
     info["extra"] = json.dumps(rest, ensure_ascii=False, default=repr) if rest else ""
     return info
+
+
+def _other_keys(extra: dict[str, Any]) -> bool:
+    """Whether ``extra`` (at most two keys) holds anything but ``acc`` and ``pred``."""
+    return any(k != "acc" and k != "pred" for k in extra)
 
 
 def _plain(value: Any) -> Any:

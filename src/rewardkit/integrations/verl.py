@@ -54,13 +54,20 @@ _ENGINES: dict[str, RewardEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """OmegaConf containers and numpy scalars/arrays as plain Python data."""
     kind = type(value)
     if kind is str or kind is int or kind is float or kind is bool or value is None:
         return value
     if kind is dict:
-        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+        for k, v in value.items():  # plain already (verl's usual extra_info): no copy
+            vk = type(v)
+            if type(k) is not str or not (vk in _SCALARS or (vk is dict or vk is list) and not v):
+                return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+        return value
     mod = kind.__module__.split(".")[0]
     if mod == "omegaconf":
         from omegaconf import OmegaConf
@@ -219,10 +226,17 @@ def compute_score(
     ``REWARDKIT_CONFIG``) selects the config.
     """
     engine = _engine_for(rewardkit_config)
-    record = _record(data_source, solution_str, ground_truth, extra_info)
-    result = _score_here(engine, record)
+    result = None
+    if type(solution_str) is str and (extra_info is None or isinstance(extra_info, Mapping)):
+        ds = data_source if data_source is None or type(data_source) is str else str(data_source)
+        extra = _plain(extra_info) if extra_info is not None else {}
+        if type(extra) is dict:
+            result = engine.score_fields_here(ds, solution_str, _plain(ground_truth), extra)
     if result is None:
-        result = engine.compute([record]).samples[0]
+        record = _record(data_source, solution_str, ground_truth, extra_info)
+        result = _score_here(engine, record)
+        if result is None:
+            result = engine.compute([record]).samples[0]
     return sample_info(result, engine.config, _component_keys(engine.config))
 
 

@@ -290,5 +290,12 @@ class RewardManager(ABC):
         results = self.score_now([sample])
         return None if results is None else results[0]
 
+    def score_fields_now(
+        self, data_source: str | None, response: str, ground_truth: Any, extra_info: dict[str, Any]
+    ) -> SampleResult | None:
+        """:meth:`score_one_now` of a sample given as its fields (plain values), or ``None``.
+        Default: ``None`` (the caller builds the sample and goes the usual way)."""
+        return None
+
     async def aclose(self) -> None:
         """Free what the manager holds (the engine closes executor and backend itself)."""

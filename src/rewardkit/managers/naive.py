@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from rewardkit.batch import Sample
 from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
 from rewardkit.managers.base import RewardManager, run_tasks
 from rewardkit.result import SampleResult
-from rewardkit.scoring import ScorerSpec, error_result, invoke
+from rewardkit.scoring import ScorerSpec, call_with, error_result, field_params, invoke
 
 
 class NaiveRewardManager(RewardManager):
@@ -26,6 +27,8 @@ class NaiveRewardManager(RewardManager):
     def __init__(self, context, **kwargs):
         super().__init__(context, **kwargs)
         self._routes: dict[str | None, ScorerSpec | None] = {}  # data source -> scorer (routable ones)
+        # data source -> (scorer, its field_params) where the scorer reads only CALL_FIELDS, else None
+        self._field_plans: dict[str | None, tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None] = {}
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         specs = [self.context.route(s) for s in samples]
@@ -64,13 +67,20 @@ class NaiveRewardManager(RewardManager):
         failed: dict[int, SampleResult] = {}
         distinct: dict[int, ScorerSpec] = {}
         route = context.route
+        by_source: dict[str | None, ScorerSpec | None] = {}  # routing reads the data source only
         for pos, sample in enumerate(samples):
+            ds = sample.data_source
+            if ds in by_source:
+                specs.append(by_source[ds])
+                continue
             try:
                 spec = route(sample)
-            except SampleError as e:
+            except SampleError as e:  # not remembered: the error names this sample
                 failed[pos] = context.unroutable_result(e)
                 spec = None
             else:
+                if spec is not None:
+                    by_source[ds] = spec
                 if id(spec) not in distinct:
                     distinct[id(spec)] = spec  # type: ignore[assignment]
             specs.append(spec)
@@ -107,6 +117,47 @@ class NaiveRewardManager(RewardManager):
         if spec is None or not context.executor.runs_here((spec,)):
             return None
         return _invoke_here(spec, sample, context.config.max_input_chars)
+
+    def score_fields_now(
+        self, data_source: str | None, response: str, ground_truth: Any, extra_info: dict[str, Any]
+    ) -> SampleResult | None:
+        """:meth:`score_one_now` without building a sample, where the routed scorer reads only the
+        fields given (verl's per-sample ``compute_score`` path); ``None`` where it does not apply."""
+        if data_source in self._field_plans:
+            plan = self._field_plans[data_source]
+        else:
+            plan = self._field_plans[data_source] = self._field_plan(data_source)
+        if plan is None:
+            return None
+        spec, params = plan
+        limit = self.context.config.max_input_chars
+        if (limit is not None and len(response) > limit) or not self.context.executor.runs_here((spec,)):
+            return None
+        values = (response, ground_truth, data_source, extra_info)
+        kwargs = {name: values[i] for name, i in params}
+        if spec.kwargs:
+            kwargs.update(spec.kwargs)
+        try:
+            return call_with(spec, kwargs)
+        except asyncio.CancelledError as e:  # raised by the scorer itself, as in _invoke_here
+            return error_result(e)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
+
+    def _field_plan(self, data_source: str | None) -> tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None:
+        context = self.context
+        if context.backend is not None or not self._plain_naive():
+            return None
+        try:
+            spec = context.route(Sample(0, "", data_source=data_source))  # routing reads the data source only
+        except SampleError:
+            return None  # the usual path fails it as unroutable
+        if spec is None or spec.batch:
+            return None
+        params = field_params(spec.fn)
+        return None if params is None else (spec, params)
 
 
 def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:

@@ -8,8 +8,9 @@ as verl's strict mode does. Numbers compare by value: ``1,234`` = ``1234``, ``$7
 
 from __future__ import annotations
 
+import functools
 import re
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from rewardkit.scorers._text import last_boxed, last_number, normalize_number, truncate
@@ -50,8 +51,27 @@ def extract_answer(response: str, method: str = "flexible") -> str | None:
 
 
 def _canonical(value: Decimal) -> str:
-    text = format(value.normalize(), "f")
+    # normalize() rounds to the context's 28 digits: give it every digit of the number
+    text = format(value.normalize(Context(prec=max(28, len(value.as_tuple().digits)))), "f")
     return "0" if text in ("-0", "") else text
+
+
+@functools.lru_cache(maxsize=65536)
+def _number(text: str) -> tuple[Decimal, str] | None:
+    """``normalize_number`` of an answer or gold text and its canonical form, once per distinct text
+    (a GRPO group repeats its gold, and answers repeat across samples)."""
+    value = normalize_number(text)
+    return None if value is None else (value, _canonical(value))
+
+
+@functools.lru_cache(maxsize=16384)
+def _gold_of_text(ground_truth: str) -> Decimal | None:
+    text = ground_truth.rsplit("####", 1)[-1] if "####" in ground_truth else ground_truth
+    value = normalize_number(text)
+    if value is None:
+        tail = last_number(text)
+        value = normalize_number(tail) if tail is not None else None
+    return value
 
 
 def parse_ground_truth(ground_truth: Any) -> Decimal:
@@ -61,11 +81,11 @@ def parse_ground_truth(ground_truth: Any) -> Decimal:
     if isinstance(ground_truth, int | float | Decimal):
         value = normalize_number(str(ground_truth))
     elif isinstance(ground_truth, str):
-        text = ground_truth.rsplit("####", 1)[-1] if "####" in ground_truth else ground_truth
-        value = normalize_number(text)
-        if value is None:
-            tail = last_number(text)
-            value = normalize_number(tail) if tail is not None else None
+        value = (
+            _gold_of_text(ground_truth)
+            if len(ground_truth) <= 1000
+            else _gold_of_text.__wrapped__(ground_truth)
+        )
     else:
         raise ValueError(f"gsm8k: ground_truth must be a number or text, got {type(ground_truth).__name__}")
     if value is None:
@@ -87,10 +107,10 @@ def compute_score(
     """
     gold = parse_ground_truth(ground_truth)
     raw = extract_answer(response or "", method)
-    pred = normalize_number(raw) if raw is not None else None
     if raw is None:
         return {"score": 0.0, "acc": False, "pred": None}
+    pred = _number(raw) if len(raw) <= 1000 else _number.__wrapped__(raw)
     if pred is None:  # e.g. "####" followed by "1.2.3"
         return {"score": float(format_score), "acc": False, "pred": truncate(raw)}
-    acc = pred == gold
-    return {"score": float(score if acc else format_score), "acc": acc, "pred": truncate(_canonical(pred))}
+    acc = pred[0] == gold
+    return {"score": float(score if acc else format_score), "acc": acc, "pred": truncate(pred[1])}
