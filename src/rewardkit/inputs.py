@@ -32,6 +32,7 @@ class _PromptIds:
     """The prompt ids of one batch, taken from the tensors and decoded together on the first read."""
 
     def __init__(self, ids: Any, mask: Any, decode: Callable[[list[list[int]]], list[str]]):
+        """``mask`` may be wider than ``ids`` (the whole attention mask): its first columns are the prompt's."""
         self._tensors: tuple[Any, Any] | None = (ids, mask)
         self._decode = decode
         self._texts: list[str] | None = None
@@ -42,7 +43,8 @@ class _PromptIds:
             with self._lock:
                 if self._texts is None:
                     assert self._tensors is not None
-                    self._texts = self._decode(_valid_ids(*self._tensors)[0])
+                    ids, mask = self._tensors
+                    self._texts = self._decode(_valid_ids(ids, mask[:, : ids.shape[-1]])[0])
                     self._tensors = None
         return self._texts[i]
 
@@ -208,7 +210,7 @@ def _dataproto_samples(data: Any, tokenizer: Any, reward_fn_key: str) -> tuple[l
     response_ids, response_lens = _valid_ids(responses, response_mask)
     texts = decode(response_ids)
     del response_ids
-    prompt_ids = _PromptIds(prompts, mask[:, :prompt_len], decode)
+    prompt_ids = _PromptIds(prompts, mask, decode)  # sliced when a prompt is first read
 
     nt = data.non_tensor_batch
     n = len(texts)
