@@ -42,6 +42,9 @@ BARE_LOOP = """
 import json, sys, time
 from rewardkit.scorers.math_boxed import compute_score, warm_up
 rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
+if len(sys.argv) > 3:  # one contiguous part of the rows (the machine-ceiling runs)
+    part, parts = map(int, sys.argv[3].split("/"))
+    rows = rows[part * len(rows) // parts : (part + 1) * len(rows) // parts]
 compute_score("\\\\boxed{1}", "1")  # imports math-verify: not timed (a warm worker has it too)
 if sys.argv[2] == "warm":  # what the pool's fork server runs once before forking its workers
     warm_up()
@@ -50,6 +53,23 @@ for r in rows:
     compute_score(r["response"], r["ground_truth"])
 print(time.perf_counter() - start, time.process_time() - cpu)
 """
+# The ceiling of any pool on this machine: the warm loop split in contiguous parts, one process each,
+# all started together (no pipes, no pickling); what is left is the cores' own scaling.
+SPLIT_START = "import time; time.sleep(max(0.0, float({at}) - time.time()))\n"
+
+
+def _split_loop(parts: int) -> float:
+    at = time.time() + 8.0  # every process imports and warms up before the common start
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SPLIT_START.format(at=at) + BARE_LOOP, str(MATH), "warm", f"{k}/{parts}"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(parts)
+    ]
+    walls = [float(proc.communicate()[0].split()[0]) for proc in procs]
+    return max(walls)
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -87,8 +107,9 @@ def bench_math(workers: int, repeat: int) -> None:
         ScoreTask(spec, Sample(i, r["response"], ground_truth=r["ground_truth"])) for i, r in enumerate(rows)
     ]
     warm = [ScoreTask(spec, Sample(i, f"\\boxed{{{i}}}", ground_truth=str(i))) for i in range(4 * workers)]
-    bare, cold, pooled, bare_cpu, pool_cpu = [], [], [], [], []
+    bare, cold, pooled, bare_cpu, pool_cpu, split = [], [], [], [], [], []
     for _ in range(repeat):
+        split.append(_split_loop(workers))
         for state, walls in (("warm", bare), ("cold", cold)):
             out = subprocess.run(
                 [sys.executable, "-c", BARE_LOOP, str(MATH), state],
@@ -116,6 +137,10 @@ def bench_math(workers: int, repeat: int) -> None:
     print(f"  bare one-process loop, warm  {b * 1e3:8.0f} ms  {b / len(rows) * 1e6:7.0f} us/sample")
     print(f"  process executor, {workers} workers {p * 1e3:8.0f} ms  {p / len(rows) * 1e6:7.0f} us/sample")
     print(f"  speed-up (bare / process)    {b / p:8.2f}x   (best of {repeat}; both warmed by warm_up())")
+    print(
+        f"  machine ceiling: the warm loop split in {workers} processes started together "
+        f"{min(split) * 1e3:.0f} ms: {b / min(split):.2f}x (no pool can beat this here)"
+    )
     print(
         f"  a cold bare loop (a fresh script: math-verify's first-use set-up in the timed part) "
         f"{c * 1e3:.0f} ms: {c / p:.2f}x the pool"

@@ -15,7 +15,8 @@ One GSM8K batch, given to everyone as a verl ``DataProto`` of token ids (left-pa
    same scorer (decoded records, no verl);
 8. time per sample at B = 256 .. 65,536 (``--max-b`` caps it) for the DataProto path and the floor.
 
-Timings are medians of ``--repeat`` interleaved runs (each round runs every path once). Without verl
+Timings are medians of ``--repeat`` interleaved runs (each round runs every path once); each ratio is
+printed twice, of the medians and of the fastest rounds (steadier where a neighbour adds load). Without verl
 the verl paths are skipped with a message. The tokenizer is a byte-level BPE built locally with the
 ``tokenizers`` library (no downloads).
 
@@ -189,8 +190,12 @@ def engine_takes_dataproto() -> bool:
 CLOCK = time.perf_counter
 
 
+BEST: dict[str, float] = {}  # the fastest round of each path in the last median_times call
+
+
 def median_times(paths: dict, repeat: int) -> dict[str, float]:
-    """Median time of each path over ``repeat`` interleaved rounds (one warm-up round first)."""
+    """Median time of each path over ``repeat`` interleaved rounds (one warm-up round first); the
+    fastest round of each goes to :data:`BEST` (a noisy neighbour only ever adds time)."""
     times: dict[str, list[float]] = {k: [] for k in paths}
     for round_ in range(repeat + 1):
         for name, fn in paths.items():
@@ -200,13 +205,16 @@ def median_times(paths: dict, repeat: int) -> dict[str, float]:
                 elapsed = CLOCK() - start
             if round_:
                 times[name].append(elapsed)
+    BEST.clear()
+    BEST.update({k: min(v) for k, v in times.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 
 def report(title: str, times: dict[str, float], ref: str, n: int) -> None:
-    print(f"\n== {title} ==")
+    print(f"\n== {title} ==  (ratio of medians; of the fastest rounds)")
     for name, t in times.items():
-        print(f"  {name:62s} {t * 1e3:9.1f} ms  {t / n * 1e6:7.1f} us/sample  {t / times[ref]:5.2f}x")
+        best = f"{BEST[name] / BEST[ref]:5.2f}x" if name in BEST and ref in BEST else ""
+        print(f"  {name:62s} {t * 1e3:9.1f} ms  {t / n * 1e6:7.1f} us/sample  {t / times[ref]:5.2f}x  {best}")
 
 
 def main() -> None:
