@@ -138,7 +138,7 @@ class ScorerSpec:
     def build_kwargs(self, sample: Sample) -> dict[str, Any]:
         """The keyword arguments for calling ``fn`` on one sample."""
         kw = {
-            name: sample if attr is None else getattr(sample, attr) for name, attr in _single_params(self.fn)
+            name: sample if attr is None else getattr(sample, attr) for name, attr in single_params(self.fn)
         }
         if self.kwargs:
             kw.update(self.kwargs)
@@ -156,7 +156,7 @@ class ScorerSpec:
         return kw
 
 
-def _single_params(fn: Callable) -> tuple[tuple[str, str | None], ...]:
+def single_params(fn: Callable) -> tuple[tuple[str, str | None], ...]:
     """``(parameter, Sample attribute)`` for the :data:`SINGLE_FIELDS` ``fn`` names, in that order
     (``None``: the sample itself; cached per function)."""
     try:
@@ -383,7 +383,7 @@ CALL_FIELDS = ("response", "ground_truth", "data_source", "extra_info")
 def field_params(fn: Callable) -> tuple[tuple[str, int], ...] | None:
     """``(parameter, index in CALL_FIELDS)`` for a one-sample scorer that reads only
     :data:`CALL_FIELDS`; ``None`` if it reads anything else (the sample itself, the prompt...)."""
-    params = _single_params(fn)
+    params = single_params(fn)
     if any(attr not in CALL_FIELDS for _name, attr in params):
         return None
     return tuple((name, CALL_FIELDS.index(attr)) for name, attr in params)

@@ -11,7 +11,7 @@ from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
 from rewardkit.managers.base import RewardManager, run_tasks
 from rewardkit.result import SampleResult
-from rewardkit.scoring import ScorerSpec, call_with, error_result, field_params, invoke
+from rewardkit.scoring import ScorerSpec, call_with, error_result, field_params, invoke, single_params
 
 
 class NaiveRewardManager(RewardManager):
@@ -89,10 +89,23 @@ class NaiveRewardManager(RewardManager):
         # No dedup here: a cheap scorer is pure, so a duplicate scored again gets what the copy
         # run_tasks would hand it holds, and its dedup key costs as much as the call.
         limit = context.config.max_input_chars
-        return [
-            failed[pos] if spec is None else _invoke_here(spec, sample, limit)
-            for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True))
-        ]
+        params: dict[int, tuple[tuple[str, str | None], ...]] = {}
+        out: list[SampleResult] = []
+        append = out.append
+        for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True)):
+            if spec is None:
+                append(failed[pos])
+            elif limit is not None and len(sample.response) > limit:
+                append(_invoke_here(spec, sample, limit))  # input_too_large, as invoke says it
+            else:  # invoke's work, its argument list built once per scorer of the batch
+                names = params.get(id(spec))
+                if names is None:
+                    names = params[id(spec)] = single_params(spec.fn)
+                kwargs = {name: sample if attr is None else getattr(sample, attr) for name, attr in names}
+                if spec.kwargs:
+                    kwargs.update(spec.kwargs)
+                append(_call_here(spec, kwargs))
+        return out
 
     def _plain_naive(self) -> bool:
         """Whether this manager scores as the naive one does (a subclass such as DAPO that changes
@@ -137,14 +150,7 @@ class NaiveRewardManager(RewardManager):
         kwargs = {name: values[i] for name, i in params}
         if spec.kwargs:
             kwargs.update(spec.kwargs)
-        try:
-            return call_with(spec, kwargs)
-        except asyncio.CancelledError as e:  # raised by the scorer itself, as in _invoke_here
-            return error_result(e)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001
-            return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
+        return _call_here(spec, kwargs)
 
     def _field_plan(self, data_source: str | None) -> tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None:
         context = self.context
@@ -158,6 +164,18 @@ class NaiveRewardManager(RewardManager):
             return None
         params = field_params(spec.fn)
         return None if params is None else (spec, params)
+
+
+def _call_here(spec: ScorerSpec, kwargs: dict[str, Any]) -> SampleResult:
+    """:func:`_invoke_here` with the scorer's arguments built already."""
+    try:
+        return call_with(spec, kwargs)
+    except asyncio.CancelledError as e:  # raised by the scorer itself: nothing cancels this call
+        return error_result(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - building the result raised (a broken __str__)
+        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
 
 
 def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
