@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
+from rewardkit.inputs import plain as _plain
 from rewardkit.integrations.sample_info import component_keys, info_keys, reported_score, sample_info
 
 if TYPE_CHECKING:
@@ -52,34 +53,6 @@ ENV_CONFIG = "REWARDKIT_CONFIG"
 
 _ENGINES: dict[str, RewardEngine] = {}
 _ENGINES_LOCK = threading.Lock()
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers and numpy scalars/arrays as plain Python data."""
-    kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
-        return value
-    if kind is dict:
-        for k, v in value.items():  # plain already (verl's usual extra_info): no copy
-            vk = type(v)
-            if type(k) is not str or not (vk in _SCALARS or (vk is dict or vk is list) and not v):
-                return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
-        return value
-    mod = kind.__module__.split(".")[0]
-    if mod == "omegaconf":
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    if mod == "numpy":
-        return value.tolist() if hasattr(value, "tolist") else value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _resolve_config_arg(config: Any) -> RewardConfig | dict[str, Any] | str | None:
