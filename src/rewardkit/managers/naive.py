@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rewardkit.batch import Sample
@@ -96,7 +96,7 @@ class NaiveRewardManager(RewardManager):
             if spec is None:
                 append(failed[pos])
             elif limit is not None and len(sample.response) > limit:
-                append(_invoke_here(spec, sample, limit))  # input_too_large, as invoke says it
+                append(_typed(invoke, spec, sample, limit))  # input_too_large, as invoke says it
             else:  # invoke's work, its argument list built once per scorer of the batch
                 names = params.get(id(spec))
                 if names is None:
@@ -104,7 +104,7 @@ class NaiveRewardManager(RewardManager):
                 kwargs = {name: sample if attr is None else getattr(sample, attr) for name, attr in names}
                 if spec.kwargs:
                     kwargs.update(spec.kwargs)
-                append(_call_here(spec, kwargs))
+                append(_typed(call_with, spec, kwargs))
         return out
 
     def _plain_naive(self) -> bool:
@@ -129,7 +129,7 @@ class NaiveRewardManager(RewardManager):
             self._routes[sample.data_source] = spec
         if spec is None or not context.executor.runs_here((spec,)):
             return None
-        return _invoke_here(spec, sample, context.config.max_input_chars)
+        return _typed(invoke, spec, sample, context.config.max_input_chars)
 
     def score_fields_now(
         self, data_source: str | None, response: str, ground_truth: Any, extra_info: dict[str, Any]
@@ -150,7 +150,7 @@ class NaiveRewardManager(RewardManager):
         kwargs = {name: values[i] for name, i in params}
         if spec.kwargs:
             kwargs.update(spec.kwargs)
-        return _call_here(spec, kwargs)
+        return _typed(call_with, spec, kwargs)
 
     def _field_plan(self, data_source: str | None) -> tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None:
         context = self.context
@@ -166,22 +166,11 @@ class NaiveRewardManager(RewardManager):
         return None if params is None else (spec, params)
 
 
-def _call_here(spec: ScorerSpec, kwargs: dict[str, Any]) -> SampleResult:
-    """:func:`_invoke_here` with the scorer's arguments built already."""
+def _typed(call: Callable[..., SampleResult], *args: Any) -> SampleResult:
+    """One scorer call (``invoke`` or ``call_with``) as the inline executor's helper thread makes
+    it: every failure typed."""
     try:
-        return call_with(spec, kwargs)
-    except asyncio.CancelledError as e:  # raised by the scorer itself: nothing cancels this call
-        return error_result(e)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 - building the result raised (a broken __str__)
-        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
-
-
-def _invoke_here(spec: ScorerSpec, sample: Sample, limit: int | None) -> SampleResult:
-    """One scorer call as the inline executor's helper thread makes it: every failure typed."""
-    try:
-        return invoke(spec, sample, limit)
+        return call(*args)
     except asyncio.CancelledError as e:  # raised by the scorer itself: nothing cancels this call
         return error_result(e)
     except KeyboardInterrupt:
