@@ -531,3 +531,36 @@ def test_engine_scores_code_in_each_mode(mode):
     samples = [{"response": ADD_SOLUTION, "ground_truth": ADD, "data_source": "apps"}]
     result = rewardkit.compute(samples, {"executor": "process", "num_workers": 1, "sandbox": {"mode": mode}})
     assert result.status == ["ok"] and result.scores == [1.0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_interpreter_under_tmp_still_runs_confined(mode, tmp_path_factory):
+    """A venv under /tmp (a fresh CI clone in mktemp -d) is bound into the sandbox at its own path, so
+    /tmp there cannot be the usual link to /sandbox: the run still works, writing to TMPDIR, and
+    /tmp shows nothing of the host's."""
+    _require(mode)
+    base = tempfile.mkdtemp(prefix="rk-venv-", dir="/tmp")
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", f"{base}/venv"], check=True)
+        program = (
+            "import os, tempfile\n"
+            "open(os.path.join(tempfile.gettempdir(), 'x'), 'w').write('ok')\n"
+            "print(tempfile.gettempdir(), sorted(os.listdir('/tmp')) if os.access('/tmp', os.R_OK) else 'unlisted')\n"
+        )
+        starter = (
+            "import asyncio, sys\n"
+            "from rewardkit.scorers.sandbox import run_python\n"
+            f"run = asyncio.run(run_python({program!r}, isolation={{'mode': '{mode}'}}))\n"
+            "print(sys.prefix, run.status, run.stdout.strip(), run.stderr.strip()[-300:])\n"
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, *filter(None, sys.path)])}
+        out = subprocess.run(
+            [f"{base}/venv/bin/python", "-c", starter], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.stdout.startswith(f"{base}/venv ok /sandbox"), out.stdout + out.stderr
+        assert (
+            "rk-outside" not in out.stdout
+            and os.path.basename(base) not in out.stdout.split("/sandbox", 1)[1]
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -186,7 +186,11 @@ def _bwrap_prefix(config: dict) -> list[str]:
         made.add(path)
     cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     cmd += ["--size", str(config["disk_kb"] * 1024), "--perms", "0700", "--tmpfs", "/sandbox"]
-    cmd += ["--symlink", "/sandbox", "/tmp", "--remount-ro", "/", "--chdir", "/", "--"]
+    if (
+        "/tmp" not in made
+    ):  # else the interpreter lives under /tmp: that path stays read-only, TMPDIR is /sandbox
+        cmd += ["--symlink", "/sandbox", "/tmp"]
+    cmd += ["--remount-ro", "/", "--chdir", "/", "--"]
     return cmd
 
 
