@@ -109,9 +109,8 @@ def to_sample(record: Any, index: int) -> Sample:
         raise SampleError(index, "response", "missing (every sample needs the model's response)")
     if response is None:  # a lost generation, not an empty one: scoring it would hide the bug
         raise SampleError(index, rfield, "is None (an empty response is the string '')")
-    if type(response) is not str and not isinstance(
-        response, str
-    ):  # (type checks first: this runs per sample)
+    # (exact type checks first in this function: it runs once per sample of every batch)
+    if type(response) is not str and not isinstance(response, str):
         raise SampleError(index, rfield, f"must be a string, got {type(response).__name__}")
 
     prompt = record.get("prompt", "")
