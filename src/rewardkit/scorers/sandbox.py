@@ -62,12 +62,7 @@ launcher = os.getpid()
 pid = os.fork()
 if pid == 0:
     try:
-        limit("RLIMIT_CORE", 0)
-        limit("RLIMIT_CPU", c["cpu"], c["cpu"] + 1 if c["cpu"] else None)
-        limit("RLIMIT_AS", c["as"])
-        limit("RLIMIT_FSIZE", c["fsize"])
-        limit("RLIMIT_NOFILE", c["nofile"])
-        limit("RLIMIT_NPROC", c["nproc"])
+        apply_limits(c)
         if c["uid"] is not None:
             os.setgroups([])
             os.setgid(c["uid"])

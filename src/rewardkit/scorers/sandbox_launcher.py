@@ -18,8 +18,9 @@ Its own failures exit with :data:`rewardkit.scorers.sandbox.LAUNCH_FAILED` and a
 
 from __future__ import annotations
 
-#: ``limit(name, soft, hard=None)``: set an rlimit, never above what the process already has. Source
-#: text shared by this launcher and the unconfined one in :mod:`rewardkit.scorers.sandbox`.
+#: ``limit(name, soft, hard=None)``: set an rlimit, never above what the process already has; and
+#: ``apply_limits(c)``: the program's whole set from the launcher config ``c``. Source text shared by
+#: this launcher and the unconfined one in :mod:`rewardkit.scorers.sandbox`.
 RLIMIT_SOURCE = r"""def limit(name, soft, hard=None):
     res = getattr(resource, name, None)
     if res is None or soft is None:
@@ -29,6 +30,14 @@ RLIMIT_SOURCE = r"""def limit(name, soft, hard=None):
     if cur != resource.RLIM_INFINITY:
         soft, hard = min(soft, cur), min(hard, cur)
     resource.setrlimit(res, (soft, hard))
+
+def apply_limits(c):
+    limit("RLIMIT_CORE", 0)
+    limit("RLIMIT_CPU", c["cpu"], c["cpu"] + 1 if c["cpu"] else None)
+    limit("RLIMIT_AS", c["as"])
+    limit("RLIMIT_FSIZE", c["fsize"])
+    limit("RLIMIT_NOFILE", c["nofile"])
+    limit("RLIMIT_NPROC", c["nproc"])
 """
 
 LAUNCHER = r"""
@@ -143,12 +152,7 @@ pid = os.fork()
 if pid == 0:
     try:
         os.close(c["status_fd"])
-        limit("RLIMIT_CORE", 0)
-        limit("RLIMIT_CPU", c["cpu"], c["cpu"] + 1 if c["cpu"] else None)
-        limit("RLIMIT_AS", c["as"])
-        limit("RLIMIT_FSIZE", c["fsize"])
-        limit("RLIMIT_NOFILE", c["nofile"])
-        limit("RLIMIT_NPROC", c["nproc"])
+        apply_limits(c)
         if c["drop"] == "setuid":
             os.setgroups([])
             os.setresgid(c["uid"], c["uid"], c["uid"])
