@@ -13,6 +13,8 @@ from rewardkit.scorers import sandbox, sandbox_isolation
 from rewardkit.scorers.code import build_tests, compute_score, extract_code
 from rewardkit.scorers.sandbox import Limits, run_python
 
+from .sandbox_probes import assert_dies_with_its_starter, processes_with
+
 ADD = {"inputs": ["1 2\n", "3 4\n", "5 5\n"], "outputs": ["3\n", "7", "10\n"]}
 ADD_SOLUTION = "Here you go:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```\nDone."
 
@@ -209,19 +211,6 @@ async def test_signals_and_cpu_limit_are_reported():
     assert exited.returncode == 5 and exited.stdout.strip() == "partial"
 
 
-def _processes_with(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(pid)
-            except OSError:
-                pass
-    return found
-
-
 @pytest.mark.skipif("--pid" not in sandbox.network_isolation(), reason="no PID namespace on this machine")
 async def test_escaped_children_do_not_survive():
     marker = "4321.1234"
@@ -237,10 +226,10 @@ async def test_escaped_children_do_not_survive():
     run = await run_python(program)
     assert run.status == "ok"
     for _ in range(50):
-        if not _processes_with(marker):
+        if not processes_with(marker):
             break
         await asyncio.sleep(0.1)
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 def test_runs_from_a_non_main_thread():
@@ -291,7 +280,6 @@ def _in_forked_child():
 def test_sandbox_dies_with_the_process_that_started_it(isolate):
     """A worker killed at its deadline (SIGKILL, no clean-up) must not leave a sleeping program behind."""
     import secrets
-    import subprocess
     import sys
 
     whole, frac = secrets.randbelow(10**6) + 1000, secrets.randbelow(10**6)
@@ -303,19 +291,4 @@ def test_sandbox_dies_with_the_process_that_started_it(isolate):
         f"asyncio.run(run_python(\"import os\\nos.execv('/bin/sleep', ['sleep', '{whole}' + '.{frac}'])\", "
         f"limits=Limits(timeout_s=120, isolate_network={isolate})))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", starter])
-    try:
-        deadline = time.monotonic() + 30
-        while not _processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_with(marker), "the sandboxed program never started"
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = _processes_with(marker)
-    for pid in left:
-        os.kill(int(pid), 9)
-    assert left == []
+    assert_dies_with_its_starter([sys.executable, "-c", starter], marker)

@@ -36,6 +36,8 @@ from rewardkit.scorers import sandbox, sandbox_isolation
 from rewardkit.scorers.code import compute_score
 from rewardkit.scorers.sandbox import Limits, RunResult, SandboxUnavailable, run_python
 
+from .sandbox_probes import assert_dies_with_its_starter, processes_with
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
 
 ROOT = os.geteuid() == 0
@@ -146,19 +148,6 @@ LIMITS = {
 }
 
 
-def _processes_with(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(pid)
-            except OSError:
-                pass
-    return found
-
-
 def check(name: str, run: dict, ctx: dict) -> None:
     """Assert that attack ``name`` failed, given its run (a :class:`RunResult` as a dict)."""
     out, err = run["stdout"], run["stderr"]
@@ -201,9 +190,9 @@ def check(name: str, run: dict, ctx: dict) -> None:
         assert out.split("\n")[0] == "fds [0, 1, 2, 3]", out  # 3: the listdir itself
     elif name == "double_forked_daemon":
         deadline = time.monotonic() + 5
-        while _processes_with(ctx["marker"]) and time.monotonic() < deadline:
+        while processes_with(ctx["marker"]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = _processes_with(ctx["marker"])
+        left = processes_with(ctx["marker"])
         for pid in left:
             os.kill(int(pid), signal.SIGKILL)
         assert left == [], "the daemon outlived the sandbox"
@@ -472,9 +461,9 @@ async def test_daemon_dies_at_the_deadline(mode):
     run = await run_python(program, limits=Limits(timeout_s=1.0), isolation={"mode": mode})
     assert run.status == "timeout"
     deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while processes_with(marker) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -489,24 +478,8 @@ def test_sandbox_dies_with_the_rewardkit_process(mode):
         f"asyncio.run(run_python(\"import os\\nos.execv('/bin/sleep', ['sleep', '{whole}' + '.{frac}'])\", "
         f"limits=Limits(timeout_s=120), isolation={{'mode': '{mode}'}}))\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", starter], env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC, *sys.path])}
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not _processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_with(marker), "the sandboxed program never started"
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = _processes_with(marker)
-    for pid in left:
-        os.kill(int(pid), signal.SIGKILL)
-    assert left == []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, *sys.path])}
+    assert_dies_with_its_starter([sys.executable, "-c", starter], marker, env)
 
 
 @pytest.mark.parametrize("mode", MODES)
