@@ -144,3 +144,19 @@ def test_parsed_numbers_are_cached_by_text_but_long_ones_are_not_kept():
     assert compute_score(f"#### {huge}", huge) == {"score": 1.0, "acc": True, "pred": truncate(huge)}
     assert compute_score(f"#### {huge}8", huge)["acc"] is False
     assert gsm8k._number.cache_info().currsize == 2 and gsm8k._gold_of_text.cache_info().currsize == 2
+
+
+def test_the_last_hashes_answer_is_found_from_the_end_as_a_forward_scan_finds_it():
+    """``####`` is searched backwards (a long response is not scanned whole); on random texts
+    over the characters that matter (runs of ``#``, digits, separators) it gives what the last
+    match of a forward scan gives."""
+    import random
+
+    from rewardkit.scorers import gsm8k
+
+    rng = random.Random(7)
+    alphabet = ["#", "#", "####", " ", "\t", "$", "-", ".", ",", "1", "7", "x", "\n"]
+    texts = ["", "####", "#####5", "#### 5 ####", "####-$3 #### x", "a #### 1,2.5", "# ### ####.5"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(20000)]
+    for text in texts:
+        assert gsm8k._last_hashes(text) == gsm8k._last(gsm8k._HASHES, text), repr(text)

@@ -31,11 +31,23 @@ def _last(pattern: re.Pattern, text: str) -> str | None:
     return last
 
 
+def _last_hashes(text: str) -> str | None:
+    """``_last(_HASHES, text)``, searched from the end: a match holds no ``#`` past its first four,
+    so no two matches overlap and the last one starts at the last ``####`` that matches."""
+    end = len(text)
+    while (at := text.rfind("####", 0, end)) >= 0:
+        m = _HASHES.match(text, at)
+        if m is not None:
+            return m.group(1)
+        end = at + 3  # (candidates overlapping this one included)
+    return None
+
+
 def extract_answer(response: str, method: str = "flexible") -> str | None:
     """The final numeric answer in ``response`` as written (``"1,234"``), or ``None``."""
     if method not in METHODS:
         raise ValueError(f"gsm8k: method must be one of {METHODS}, got {method!r}")
-    found = _last(_HASHES, response)
+    found = _last_hashes(response)
     if found is not None or method == "strict":
         return found
     boxed = last_boxed(response)
