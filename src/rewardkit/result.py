@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -244,23 +244,45 @@ def compute_metrics(
 ) -> dict[str, float]:
     """Aggregate metrics: counts by status and failure reason, mean score overall and per data source."""
     m: dict[str, float] = {"reward/num_samples": float(len(results))}
-    status = Counter(r.status for r in results)
+    # One pass over the batch (it runs once per batch of every call); components in a second one
+    # only where a result has any.
+    counts = {"ok": 0, "abstained": 0, "failed": 0}
+    reasons: dict[str | None, int] = {}
+    ok_by_source: dict[str | None, list[float]] = {}
+    with_components = False
+    for r, ds in zip(results, data_sources, strict=True):
+        status = r.status
+        if status == "ok":
+            counts["ok"] += 1
+            # An "ok" result always has a float score (SampleResult's contract); the test narrows the type.
+            if r.score is not None:
+                scores = ok_by_source.get(ds)
+                if scores is None:
+                    scores = ok_by_source[ds] = []
+                scores.append(r.score)
+        elif status == "failed":
+            counts["failed"] += 1
+            reasons[r.reason] = reasons.get(r.reason, 0) + 1
+        elif status == "abstained":
+            counts["abstained"] += 1
+        if r.components:
+            with_components = True
     for s in ("ok", "abstained", "failed"):
-        m[f"reward/num_{s}"] = float(status.get(s, 0))
-    for reason, n in sorted(Counter(r.reason for r in results if r.status == "failed").items()):
+        m[f"reward/num_{s}"] = float(counts[s])
+    for reason, n in sorted(reasons.items(), key=lambda kv: str(kv[0])):
         m[f"reward/failed/{reason}"] = float(n)
-    # An "ok" result always has a float score (SampleResult's contract); the None test narrows the type.
-    ok = [r.score for r in results if r.status == "ok" and r.score is not None]
-    if ok:
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for ds, vals in ok_by_source.items():
+        by_source[ds or "unknown"].extend(vals)
+    ok = [v for vals in by_source.values() for v in vals]
+    if ok:  # (fmean sums exactly: the order of the values does not change it)
         m["reward/mean"] = statistics.fmean(ok)
         m["reward/max"] = max(ok)
         m["reward/min"] = min(ok)
-    by_source: dict[str, list[float]] = defaultdict(list)
-    for r, ds in zip(results, data_sources, strict=True):
-        if r.status == "ok" and r.score is not None:
-            by_source[ds or "unknown"].append(r.score)
     for ds, vals in sorted(by_source.items()):
         m[f"reward/{ds}/mean"] = statistics.fmean(vals)
+    if not with_components:
+        return _with_timing(m, len(results), elapsed_s)
     comp: dict[str, list[float]] = defaultdict(list)
     comp_by_source: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r, ds in zip(results, data_sources, strict=True):
@@ -272,8 +294,12 @@ def compute_metrics(
         m[f"reward/component/{name}/mean"] = statistics.fmean(vals)
     for (ds, name), vals in sorted(comp_by_source.items()):
         m[f"reward/{ds}/component/{name}/mean"] = statistics.fmean(vals)
+    return _with_timing(m, len(results), elapsed_s)
+
+
+def _with_timing(m: dict[str, float], n: int, elapsed_s: float | None) -> dict[str, float]:
     if elapsed_s is not None:
         m["timing/total_s"] = elapsed_s
-        if results and elapsed_s > 0:
-            m["timing/samples_per_s"] = len(results) / elapsed_s
+        if n and elapsed_s > 0:
+            m["timing/samples_per_s"] = n / elapsed_s
     return m

@@ -102,3 +102,41 @@ def test_all_filled_returns_the_results_and_raises_on_an_empty_slot():
     assert all_filled([], "x") == []
     with pytest.raises(RuntimeError, match=r"the executor lost samples \[1\]"):
         all_filled([done[0], None, done[1]], "the executor")
+
+
+def test_metrics_of_a_mixed_batch_equal_their_definition():
+    """compute_metrics makes one pass over the batch: on a random mix of statuses, reasons, data
+    sources (``None`` and ``""`` both count as ``unknown``) and components, every metric is what
+    its definition gives, and a failed result without a reason does not break the sorting."""
+    import random
+    import statistics
+
+    rng = random.Random(3)
+    results, sources = [], []
+    for _ in range(2000):
+        kind = rng.choice(["ok", "ok", "failed", "abstained"])
+        if kind == "ok":
+            comps = {"a": rng.random()} if rng.random() < 0.3 else {}
+            results.append(SampleResult(rng.choice([0.0, 1.0, rng.random()]), components=comps))
+        elif kind == "failed":
+            results.append(SampleResult(None, "failed", rng.choice(["timeout", "error", None])))
+        else:
+            results.append(SampleResult.abstained())
+        sources.append(rng.choice(["gsm8k", "math", None, ""]))
+    m = compute_metrics(results, sources)
+    ok = [(r.score, ds or "unknown") for r, ds in zip(results, sources, strict=True) if r.status == "ok"]
+    assert m["reward/num_ok"] == len(ok)
+    assert m["reward/num_failed"] == sum(r.status == "failed" for r in results)
+    assert m["reward/failed/None"] == sum(r.status == "failed" and r.reason is None for r in results)
+    assert m["reward/mean"] == statistics.fmean(s for s, _ in ok)
+    assert (m["reward/max"], m["reward/min"]) == (max(s for s, _ in ok), min(s for s, _ in ok))
+    for ds in ("gsm8k", "math", "unknown"):
+        assert m[f"reward/{ds}/mean"] == statistics.fmean(s for s, d in ok if d == ds)
+    comps = [r.components["a"] for r in results if "a" in r.components]
+    assert m["reward/component/a/mean"] == statistics.fmean(comps)
+    assert compute_metrics([], []) == {
+        "reward/num_samples": 0.0,
+        "reward/num_ok": 0.0,
+        "reward/num_abstained": 0.0,
+        "reward/num_failed": 0.0,
+    }
