@@ -311,7 +311,7 @@ def main() -> None:
                     worker.compute_score_batch(part)
                 ),
             }
-            times = median_times(loop_paths, max(1, args.repeat // 2))
+            times = median_times(loop_paths, args.repeat)
             report(f"per-sample reward loop, B = {m}", times, list(loop_paths)[0], m)
 
     samples = [{k: v for k, v in r.items() if k != "prompt"} for r in records[: args.b]]

@@ -92,11 +92,13 @@ def to_sample(record: Any, index: int) -> Sample:
     Raises :class:`~rewardkit.errors.SampleError` naming ``index`` and the bad field.
     Unknown fields are kept in ``extra_info`` rather than dropped.
     """
-    if isinstance(record, Sample):
+    if type(record) is dict:
+        pass
+    elif isinstance(record, Sample):
         if record.index == index:
             return record
         return Sample(**{f.name: getattr(record, f.name) for f in fields(Sample)} | {"index": index})
-    if type(record) is not dict and not isinstance(record, Mapping):  # (the ABC check is slow)
+    elif not isinstance(record, Mapping):  # (the ABC check is slow: exact types first)
         raise SampleError(index, None, f"expected a dict, got {type(record).__name__}")
 
     if "response" in record:
@@ -164,7 +166,20 @@ def to_sample(record: Any, index: int) -> Sample:
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
         raise SampleError(index, "response_length", f"must be a non-negative int, got {length!r}")
 
-    return Sample(index, response, prompt, data_source, ground_truth, extra_info, uid, length)
+    # Sample(index, response, ...) without the call of its generated __init__ (once per sample)
+    sample = _new(Sample)
+    sample.index = index
+    sample.response = response
+    sample.prompt = prompt
+    sample.data_source = data_source
+    sample.ground_truth = ground_truth
+    sample.extra_info = extra_info
+    sample.uid = uid
+    sample.response_length = length
+    return sample
+
+
+_new = object.__new__
 
 
 def to_samples(records: Iterable[Any]) -> list[Sample]:

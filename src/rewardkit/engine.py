@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rewardkit import gcpause
@@ -199,15 +199,20 @@ class RewardEngine:
         data_source: str | None,
         response: str,
         ground_truth: Any = None,
-        extra_info: dict[str, Any] | None = None,
+        extra_info: Mapping[str, Any] | None = None,
     ) -> SampleResult | None:
-        """:meth:`score_one_here` of a sample given as plain fields (``response`` a ``str``), without
-        building a :class:`Sample` where the routed scorer reads only these fields; else ``None``."""
+        """:meth:`score_one_here` of a sample given as fields (``response`` a ``str``, ``extra_info``
+        a mapping or ``None``), without building a :class:`Sample` where the routed scorer reads
+        only these fields; else ``None``. ``ground_truth`` and ``extra_info`` may hold numpy values:
+        what the scorer reads of them is made plain Python data first."""
         if self._closed:
             raise RuntimeError("this RewardEngine is closed")
-        if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
-            return None
-        return self.manager.score_fields_now(data_source, response, ground_truth, extra_info or {})
+        manager = self._manager
+        if manager is None:
+            if self._backend_cls is not None or self._manager_cls.score_now is RewardManager.score_now:
+                return None
+            manager = self.manager
+        return manager.score_fields_now(data_source, response, ground_truth, extra_info)
 
     def score_one(self, sample: Any) -> SampleResult:
         """Score one sample (a record or :class:`Sample`): in this thread where :meth:`compute_here`

@@ -28,6 +28,7 @@ _ENGINES: dict[str, RewardEngine] = {}
 _LOCK = threading.Lock()
 _RETIRED: list[RewardEngine] = []  # built before a plugin reset; closed with the others
 _AT_EXIT: list[bool] = []
+_DEFAULTS: tuple[RewardConfig, str] | None = None  # RewardConfig() and its config_key
 
 
 def config_key(config: RewardConfig) -> str:
@@ -51,8 +52,15 @@ def shared_engine(config: Any = None) -> RewardEngine:
     from rewardkit.engine import RewardEngine
     from rewardkit.plugins import get_registries
 
-    cfg = load_config(config)
-    key = config_key(cfg)
+    global _DEFAULTS
+    if config is None:  # the defaults: validated and keyed once (a trainer calls this every step)
+        if _DEFAULTS is None:
+            defaults = load_config(None)
+            _DEFAULTS = (defaults, config_key(defaults))
+        cfg, key = _DEFAULTS
+    else:
+        cfg = load_config(config)
+        key = config_key(cfg)
     registries = get_registries(cfg.plugins)
     with _LOCK:
         engine = _ENGINES.get(key)

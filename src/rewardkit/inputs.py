@@ -95,9 +95,10 @@ def plain(value: Any) -> Any:
     if cls in _PRIMITIVE:
         return value
     if cls is dict:
-        if all(type(v) in _PRIMITIVE and type(k) is str for k, v in value.items()):
-            return dict(value)
-        return {str(k): plain(v) for k, v in value.items()}
+        for k, v in value.items():  # (a loop: cheaper than all() over a generator for a few keys)
+            if type(v) not in _PRIMITIVE or type(k) is not str:
+                return {str(k): plain(v) for k, v in value.items()}
+        return value.copy()
     mod = cls.__module__.split(".")[0]
     if mod == "numpy":
         return value.tolist() if hasattr(value, "tolist") else value
@@ -159,20 +160,23 @@ def _batch_decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
 def _valid_ids(ids: Any, mask: Any) -> tuple[list[list[int]], list[int]]:
     """The ids where ``mask`` is set, one list per row (any padding side), and the row lengths."""
     if len(ids) == 1:  # verl's per-sample calls: two tolist() and C-level list scans beat tensor ops
-        row, flags = ids[0].tolist(), mask[0].tolist()
-        if len(row) != len(flags):
-            raise ValueError(f"ids have {len(row)} columns but the mask has {len(flags)}")
-        kept = len(flags) - flags.count(0)
-        if 0 not in flags[:kept]:  # right padding (or none)
-            row = row[:kept]
-        elif 0 not in flags[len(flags) - kept :]:  # left padding
-            row = row[len(flags) - kept :]
-        else:
-            row = [t for t, m in zip(row, flags, strict=True) if m != 0]
+        row = _kept(ids.tolist()[0], mask.tolist()[0])  # (no row-indexing op: it costs more)
         return [row], [len(row)]
     keep = mask != 0
     lengths = keep.sum(dim=-1).tolist()
     return [row.tolist() for row in ids[keep].split(lengths)], lengths
+
+
+def _kept(row: list[int], flags: list[Any]) -> list[int]:
+    """The ids of one row where its mask is set, by C-level list scans (any padding side)."""
+    if len(row) != len(flags):
+        raise ValueError(f"ids have {len(row)} columns but the mask has {len(flags)}")
+    kept = len(flags) - flags.count(0)
+    if 0 not in flags[:kept]:  # right padding (or none)
+        return row[:kept]
+    if 0 not in flags[len(flags) - kept :]:  # left padding
+        return row[len(flags) - kept :]
+    return [t for t, m in zip(row, flags, strict=True) if m != 0]
 
 
 # -- verl DataProto ----------------------------------------------------------------------------
@@ -191,27 +195,49 @@ def dataproto_samples(
     ``extra_info`` and ``uid`` from ``data.non_tensor_batch``. ``response_length`` is the number of
     valid response tokens. Prompts are decoded lazily (see :class:`DecodedSample`).
     """
-    with paused_gc(len(data.batch["responses"])):
-        return _dataproto_samples(data, tokenizer, reward_fn_key)
-
-
-def _dataproto_samples(data: Any, tokenizer: Any, reward_fn_key: str) -> tuple[list[Sample], Any]:
     batch = data.batch
     prompts, responses = batch["prompts"], batch["responses"]
-    prompt_len = prompts.shape[-1]
     mask = batch["attention_mask"]
-    response_mask = mask[:, prompt_len:]
+    response_mask = mask[:, prompts.shape[-1] :]
     if response_mask.shape != responses.shape:
         raise ValueError(
             f"attention_mask[:, prompt_len:] has shape {tuple(response_mask.shape)} but responses has "
             f"{tuple(responses.shape)}"
         )
-    decode = batch_decoder(tokenizer)
-    response_ids, response_lens = _valid_ids(responses, response_mask)
-    texts = decode(response_ids)
-    del response_ids
-    prompt_ids = _PromptIds(prompts, mask, decode)  # sliced when a prompt is first read
+    with paused_gc(len(responses)):
+        decode = batch_decoder(tokenizer)
+        response_ids, response_lens = _valid_ids(responses, response_mask)
+        texts = decode(response_ids)
+        del response_ids
+        samples = _decoded_samples(
+            data, texts, response_lens, _PromptIds(prompts, mask, decode), reward_fn_key
+        )
+    return samples, response_mask
 
+
+def dataproto_row(data: Any, tokenizer: Any, *, reward_fn_key: str = "data_source") -> Sample:
+    """The sample of a one-row ``DataProto`` (verl's per-sample ``run_single``): what
+    :func:`dataproto_samples` gives for it, without the tensor operations a batch needs."""
+    batch = data.batch
+    prompts, responses = batch["prompts"], batch["responses"]
+    if len(responses) != 1:
+        raise ValueError(f"dataproto_row takes a DataProto of one row, got {len(responses)}")
+    flags = batch["attention_mask"].tolist()[0]
+    prompt_len = prompts.shape[-1]
+    if len(flags) - prompt_len != responses.shape[-1]:
+        raise ValueError(
+            f"attention_mask[:, prompt_len:] has shape (1, {len(flags) - prompt_len}) but responses has "
+            f"{tuple(responses.shape)}"
+        )
+    decode = batch_decoder(tokenizer)
+    ids = _kept(responses.tolist()[0], flags[prompt_len:])
+    prompt_ids = _PromptIds(prompts, batch["attention_mask"], decode)
+    return _decoded_samples(data, decode([ids]), [len(ids)], prompt_ids, reward_fn_key)[0]
+
+
+def _decoded_samples(
+    data: Any, texts: list[str], lengths: list[int], prompt_ids: _PromptIds, reward_fn_key: str
+) -> list[Sample]:
     nt = data.non_tensor_batch
     n = len(texts)
     none = [None] * n
@@ -240,12 +266,12 @@ def _dataproto_samples(data: Any, tokenizer: Any, reward_fn_key: str) -> tuple[l
             "ground_truth": gt,
             "extra_info": plain(extra) if isinstance(extra, dict | Mapping) else {},
             "uid": None if uid is None else uid if type(uid) is str else str(uid),
-            "response_length": response_lens[i],
+            "response_length": lengths[i],
             "_prompts": prompt_ids,
             "_row": i,
         }
         append(s)
-    return samples, response_mask
+    return samples
 
 
 def _column(values: Any, default: list[None]) -> list[Any]:

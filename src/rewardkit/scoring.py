@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,6 +274,7 @@ def ref_of(fn: Callable) -> str | None:
 
 
 _NO_SCORE = object()
+_new = object.__new__
 
 
 def to_result(value: Any) -> SampleResult:
@@ -284,7 +286,16 @@ def to_result(value: Any) -> SampleResult:
         if skind is float and score - score == 0.0 or skind is int or skind is bool:
             rest = value.copy()
             del rest["score"]
-            return SampleResult(float(score), "ok", None, None, rest)
+            # SampleResult(float(score), "ok", None, None, rest) without the call of its
+            # generated __init__ (this runs once per sample of every batch)
+            result = _new(SampleResult)
+            result.score = float(score)
+            result.status = "ok"
+            result.reason = None
+            result.error = None
+            result.extra = rest
+            result.components = {}
+            return result
     if value is None:
         return SampleResult.abstained()
     if isinstance(value, SampleResult):
@@ -329,9 +340,10 @@ def to_result(value: Any) -> SampleResult:
 
 
 def error_result(exc: BaseException) -> SampleResult:
-    """A ``failed`` result for an exception a scorer raised, with the last frames of its traceback."""
+    """A ``failed`` result for an exception a scorer raised, with the last frames of its traceback
+    (the scorer's: the calling code of this module is left out, so every path reads the same)."""
     try:
-        tb = traceback.extract_tb(exc.__traceback__)[-3:]
+        tb = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__][-3:]
         where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in tb)
     except Exception:  # noqa: BLE001 - a traceback that cannot be read is left out
         where = ""
@@ -373,6 +385,49 @@ def call_with(spec: ScorerSpec, kwargs: dict[str, Any]) -> SampleResult:
     except BaseException as e:  # noqa: BLE001 - math-verify's TimeoutException is a BaseException
         return error_result(e)
     return to_result(value)
+
+
+def call_args(spec: ScorerSpec, args: tuple[Any, ...]) -> SampleResult:
+    """:func:`call_with` for the fast path: ``spec.fn(*args, **spec.kwargs)`` (see
+    :func:`fast_fields`); what it returned as a result, every failure typed, a broken ``__str__``
+    included."""
+    try:
+        try:
+            value = spec.fn(*args, **spec.kwargs) if spec.kwargs else spec.fn(*args)
+            if type(value) not in _PLAIN_RETURNS and inspect.isawaitable(value):
+                value = asyncio.run(_await(value))
+            return to_result(value)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - CancelledError too: nothing cancels this call
+            return error_result(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the exception's own __str__ (or __float__) raised
+        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
+
+
+def fast_fields(spec: ScorerSpec) -> tuple[str, ...] | None:
+    """The :class:`Sample` attributes that ``spec.fn`` takes as its first parameters, in their
+    order, so :func:`call_args` can pass them positionally (no keyword dict per sample); ``None``
+    where it cannot be sure: not a plain function (a wrapper, a callable object), positional-only
+    parameters, the sample itself wanted, or ``spec.kwargs`` naming one of those parameters."""
+    fn = spec.fn
+    if type(fn) is not types.FunctionType or hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"):
+        return None
+    code = fn.__code__
+    params = single_params(fn)
+    names = code.co_varnames[: len(params)]
+    attr_of = {name: attr for name, attr in params if attr is not None}
+    if (
+        code.co_posonlyargcount
+        or len(params) > code.co_argcount
+        or len(attr_of) < len(params)  # (the sample itself)
+        or set(names) != set(attr_of)
+        or any(name in spec.kwargs for name in names)
+    ):
+        return None
+    return tuple(attr_of[name] for name in names)
 
 
 #: The sample fields :meth:`NaiveRewardManager.score_fields_now

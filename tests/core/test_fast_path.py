@@ -220,9 +220,10 @@ def test_score_one_here_routes_once_per_data_source_and_falls_back_when_unroutab
             rewardkit.Sample(0, "#### 2", data_source="openai/gsm8k", ground_truth="2")
         )
         assert ok is not None and ok.status == "ok" and ok.score == 1.0
-        assert list(engine.manager._routes) == ["openai/gsm8k"]
+        assert list(engine.manager._plans) == ["openai/gsm8k"]
         lost = engine.score_one_here(rewardkit.Sample(0, "#### 2", data_source="no/such", ground_truth="2"))
         assert lost is not None and lost.status == "failed" and lost.reason == "unroutable"
+        assert list(engine.manager._plans) == ["openai/gsm8k"]  # the unroutable one is not kept
         big = engine.score_one_here(
             rewardkit.Sample(0, "x" * 60_000, data_source="openai/gsm8k", ground_truth="2")
         )
@@ -324,3 +325,67 @@ def test_verl_compute_score_takes_the_fields_path_and_reports_the_same(monkeypat
             rk_verl.compute_score("openai/gsm8k", 7, "7", None, rewardkit_config=cfg)
     finally:
         rk_verl.close_engines()
+
+
+SHAPES_PLUGIN = """
+import functools
+import rewardkit
+
+def reversed_order(ground_truth, response, bonus=0.0):
+    if ground_truth != "a":  # (the arguments swapped)
+        return -1.0
+    return float(response == ground_truth) + bonus
+
+def keyword_only(response, *, ground_truth):
+    return float(response == ground_truth)
+
+def alias(solution_str, ground_truth, extra_info):
+    return {"score": float(solution_str == ground_truth), "n": len(extra_info)}
+
+def _kwargs_only(fn):
+    @functools.wraps(fn)
+    def wrapper(**kwargs):  # takes keywords only, though its signature (fn's) says otherwise
+        return fn(**kwargs)
+    return wrapper
+
+@_kwargs_only
+def wrapped(response, ground_truth):
+    return float(response == ground_truth)
+
+def whole(sample):
+    return float(sample.response == sample.ground_truth)
+
+@rewardkit.hookimpl
+def register_scorers(register):
+    for fn in (reversed_order, keyword_only, alias, wrapped, whole):
+        register(fn, name=fn.__name__, data_sources=[fn.__name__], cheap=True)
+"""
+
+
+def test_the_fast_path_passes_each_scorer_shape_its_fields():
+    """The fast path passes a plain function's fields positionally (no keyword dict per sample):
+    whatever the parameter order, aliases, keyword-only parameters, wrappers that take keywords
+    only or configured keyword arguments, each scorer gets what the normal path gives it."""
+    from rewardkit.scoring import call_args, fast_fields
+
+    names = ["reversed_order", "keyword_only", "alias", "wrapped", "whole"]
+    records = [
+        {"data_source": ds, "response": r, "ground_truth": "a", "extra_info": {"k": 1}}
+        for ds in names
+        for r in ("a", "b")
+    ]
+    with install_plugin(SHAPES_PLUGIN, name="shapes"), RewardEngine({"executor": "inline"}) as engine:
+        fast = engine.compute_here(records)
+        assert fast is not None
+        _same(fast, _normal(engine, records))
+        assert fast.scores == [1.0, 0.0] * len(names)
+        assert fast.extra["n"][4:6] == [1, 1]
+        specs = {n: engine.manager.context.route(rewardkit.Sample(0, "", data_source=n)) for n in names}
+        assert fast_fields(specs["reversed_order"]) == ("ground_truth", "response")
+        assert fast_fields(specs["alias"]) == ("response", "ground_truth", "extra_info")
+        for by_keyword in ("keyword_only", "wrapped", "whole"):
+            assert fast_fields(specs[by_keyword]) is None, by_keyword
+        bonus = specs["reversed_order"].with_kwargs({"bonus": 0.5})
+        assert fast_fields(bonus) == ("ground_truth", "response")
+        assert fast_fields(specs["reversed_order"].with_kwargs({"response": "a"})) is None
+        assert call_args(bonus, ("a", "a")).score == 1.5  # positional fields, configured keywords

@@ -85,6 +85,7 @@ def test_exceptions_become_typed_failures_never_zero(fn):
     assert r.status == "failed" and r.reason == "error" and r.score is None
     assert type(r.error) is str and ("scorer exploded" in r.error or "NotAnException" in r.error)
     assert "test_scoring.py" in r.error  # where it raised
+    assert "scoring.py:" not in r.error.replace("test_scoring.py:", "")  # not rewardkit's calling code
 
 
 @pytest.mark.parametrize(

@@ -244,3 +244,23 @@ def test_one_row_valid_ids_match_the_batch_rule(flags, dtype):
     assert rows == [expected] and lengths == [len(expected)]
     two_rows, _ = _valid_ids(ids.repeat(2, 1), mask.repeat(2, 1))  # the tensor path agrees
     assert two_rows == [expected, expected]
+
+
+@pytest.mark.parametrize("response_left", [False, True], ids=["right-padded", "left-padded"])
+def test_dataproto_row_is_the_sample_dataproto_samples_gives(tokenizer, response_left):
+    """verl's run_single path reads one row without the batch's tensor operations: every field of
+    its sample (prompt, numpy extras made plain, the empty response) is what the batch path gives."""
+    from rewardkit.inputs import dataproto_row
+
+    data = make_dataproto(tokenizer, response_left=response_left)
+    batch, _ = dataproto_samples(data, tokenizer)
+    for i, expected in enumerate(batch):
+        row = dataproto_row(data[i : i + 1], tokenizer)
+        assert row.to_dict() == {**expected.to_dict(), "response_length": expected.response_length}
+        assert (row.index, row.prompt, row.response_length) == (0, ROWS[i][0], expected.response_length)
+    with pytest.raises(ValueError, match="one row"):
+        dataproto_row(data, tokenizer)
+    narrow = data[:1]
+    narrow.batch["attention_mask"] = narrow.batch["attention_mask"][:, :-1]
+    with pytest.raises(ValueError, match="attention_mask"):
+        dataproto_row(narrow, tokenizer)

@@ -97,11 +97,13 @@ class InlineExecutor(Executor):
     def runs_here(self, specs: Iterable[ScorerSpec]) -> bool:
         """True for ``cheap`` sync scorers when no batch deadline applies: calling them in this
         thread gives what :meth:`run`'s helper thread would."""
-        if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
-            return False
-        if self._cheap is None:
-            self._cheap = CheapCheck(cheap_refs(self.config))
-        return self._cheap(specs)
+        cheap = self._cheap
+        if cheap is None:  # (the config and the class do not change: decided once)
+            if self.config.batch_timeout_s is not None or type(self).run is not InlineExecutor.run:
+                cheap = self._cheap = CheapCheck(frozenset())
+            else:
+                cheap = self._cheap = CheapCheck(cheap_refs(self.config))
+        return cheap(specs)
 
     def _deadline(self) -> float | None:
         limits = [d for d in (_CALLER_DEADLINE.get(),) if d is not None]

@@ -62,6 +62,25 @@ def sample_info(
     :func:`component_keys` of ``config`` when the caller has it already (a batch)."""
     extra = result.extra
     score = result.score
+    if (
+        type(score) is float
+        and result.status == "ok"
+        and score - score == 0.0  # finite
+        and not result.components
+        and extra.keys() <= _ACC_PRED
+        and not config.extra_keys
+        and not (component_keys(config) if components is None else components)
+    ):  # the common sample (a rule scorer's ok score, acc and pred at most): the same dict, at once
+        acc, pred = extra.get("acc"), extra.get("pred")
+        return {
+            "score": score,
+            "status": "ok",
+            "reason": "",
+            "error": "",
+            "acc": acc if type(acc) in _SCALARS else _plain(acc),
+            "pred": pred if type(pred) in _SCALARS else _plain(pred),
+            "extra": "",
+        }
     info: dict[str, Any] = {
         "score": float(score)
         if result.status == "ok" and score is not None and math.isfinite(score)
@@ -76,7 +95,7 @@ def sample_info(
         info.setdefault(k, _plain(extra.get(k)))
     for key in component_keys(config) if components is None else components:
         info.setdefault(key, result.components.get(key[len("component/") :]))
-    rest = {k: v for k, v in extra.items() if k not in info} if len(extra) > 2 or _other_keys(extra) else None
+    rest = {k: v for k, v in extra.items() if k not in info} if not extra.keys() <= _ACC_PRED else None
     if result.components:
         rest = rest or {}
         rest.update(
@@ -86,11 +105,12 @@ def sample_info(
     return info
 
 
-def _other_keys(extra: dict[str, Any]) -> bool:
-    """Whether ``extra`` (at most two keys) holds anything but ``acc`` and ``pred``."""
-    return any(k != "acc" and k != "pred" for k in extra)
+_ACC_PRED = frozenset({"acc", "pred"})
+_SCALARS = frozenset({str, bool, int, float, type(None)})
 
 
 def _plain(value: Any) -> Any:
     # numpy scalars as Python scalars, so np.array over samples keeps one dtype where it can
+    if type(value) in _SCALARS:
+        return value
     return value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value

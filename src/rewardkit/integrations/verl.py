@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardkit.config import RewardConfig, load_config
 from rewardkit.errors import ConfigError
+from rewardkit.inputs import dataproto_row
 from rewardkit.inputs import plain as _plain
 from rewardkit.integrations.sample_info import component_keys, info_keys, reported_score, sample_info
 
@@ -125,6 +126,10 @@ def _engine_for(config: Any) -> RewardEngine:
     the working directory, for relative paths); a dict or other object by identity, checked against
     a copy taken when it was first seen, so a config edited in place gets its own engine.
     """
+    global _LAST
+    last = _LAST
+    if last is not None and config is last[0] and not last[2]._closed and _same(last[:2], config):
+        return last[2]  # the config object of the previous call, unchanged
     if config is None:
         config = os.environ.get(ENV_CONFIG) or None
     if config is None or isinstance(config, str):
@@ -133,13 +138,17 @@ def _engine_for(config: Any) -> RewardEngine:
     else:
         key, snapshot = id(config), config
     hit = _RECENT.get(key)
-    if hit is not None and not hit[1]._closed and (snapshot is None or _same(hit[0], snapshot)):
-        return hit[1]
-    engine = get_engine(config)
-    if len(_RECENT) > 64:  # many distinct config objects: forget the old ones
-        _RECENT.clear()
-    _RECENT[key] = (_copy(snapshot) if snapshot is not None else None, engine)
-    return engine
+    if hit is None or hit[1]._closed or not (snapshot is None or _same(hit[0], snapshot)):
+        if len(_RECENT) > 64:  # many distinct config objects: forget the old ones
+            _RECENT.clear()
+        hit = _RECENT[key] = (_copy(snapshot) if snapshot is not None else None, get_engine(config))
+    if snapshot is not None:  # (None and text may mean another config next time: the env, the cwd)
+        _LAST = (*hit[0], hit[1])
+    return hit[1]
+
+
+#: ``(config, a copy of it, engine)`` of the last :func:`_engine_for` call given a config object.
+_LAST: tuple[Any, Any, RewardEngine] | None = None
 
 
 def _absolute_or_json(text: str) -> bool:
@@ -169,10 +178,12 @@ def _same(seen: tuple[Any, Any], config: Any) -> bool:
 
 def close_engines() -> None:
     """Close every cached engine (their worker pools stop); later calls create new ones."""
+    global _LAST
     with _ENGINES_LOCK:
         engines = list(_ENGINES.values())
         _ENGINES.clear()
         _RECENT.clear()
+        _LAST = None
     for engine in engines:
         engine.close()
 
@@ -202,9 +213,7 @@ def compute_score(
     result = None
     if type(solution_str) is str and (extra_info is None or isinstance(extra_info, Mapping)):
         ds = data_source if data_source is None or type(data_source) is str else str(data_source)
-        extra = _plain(extra_info) if extra_info is not None else {}
-        if type(extra) is dict:
-            result = engine.score_fields_here(ds, solution_str, _plain(ground_truth), extra)
+        result = engine.score_fields_here(ds, solution_str, ground_truth, extra_info)  # (made plain there)
     if result is None:
         record = _record(data_source, solution_str, ground_truth, extra_info)
         result = _score_here(engine, record)
@@ -461,16 +470,20 @@ class RewardKitRewardManager:
         included (verl's reward loop takes the keys from the first sample only, and reads ``acc``
         for its ``val-core`` metrics, ``maj@N`` and ``filter_groups``).
         """
+        if self.tokenizer is None:
+            raise ValueError("RewardKitRewardManager needs a tokenizer to decode a DataProto")
         one = data if len(data) == 1 else data[-1:]
-        samples, _ = self.samples(one)  # the prompt is decoded only if something reads it
-        results = self.engine.score_here(samples)  # cheap scorers: here, no thread, no executor
-        if results is None:
-            results = (await self.engine.acompute(samples)).samples
+        # the prompt is decoded only if something reads it
+        sample = dataproto_row(one, self.tokenizer, reward_fn_key=self.reward_fn_key)
+        result = self.engine.score_one_here(sample)  # cheap scorers: here, no thread, no executor
+        if result is None:
+            result = (await self.engine.acompute([sample])).samples[0]
         if self.num_examine > 0:
-            self._examine(samples, results)
-        info = sample_info(results[0], self.engine.config)
-        info["empty_response"] = samples[0].response_length == 0
-        return {"reward_score": reported_score(results[0], self.engine.config), "reward_extra_info": info}
+            self._examine([sample], [result])
+        config = self.engine.config
+        info = sample_info(result, config, _component_keys(config))
+        info["empty_response"] = sample.response_length == 0
+        return {"reward_score": reported_score(result, config), "reward_extra_info": info}
 
     @classmethod
     def assemble_rm_scores(cls, data: Any, scores: list[float]) -> Any:

@@ -6,7 +6,7 @@ import functools
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -291,10 +291,11 @@ class RewardManager(ABC):
         return None if results is None else results[0]
 
     def score_fields_now(
-        self, data_source: str | None, response: str, ground_truth: Any, extra_info: dict[str, Any]
+        self, data_source: str | None, response: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
     ) -> SampleResult | None:
-        """:meth:`score_one_now` of a sample given as its fields (plain values), or ``None``.
-        Default: ``None`` (the caller builds the sample and goes the usual way)."""
+        """:meth:`score_one_now` of a sample given as its fields (``ground_truth`` and ``extra_info``
+        as the trainer has them, numpy values included), or ``None``. Default: ``None`` (the caller
+        builds the sample and goes the usual way)."""
         return None
 
     async def aclose(self) -> None:

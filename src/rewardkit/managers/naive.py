@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from rewardkit.batch import Sample
 from rewardkit.errors import SampleError
 from rewardkit.executors.base import ScoreTask
+from rewardkit.inputs import plain
 from rewardkit.managers.base import RewardManager, run_tasks
 from rewardkit.result import SampleResult
-from rewardkit.scoring import ScorerSpec, call_with, error_result, field_params, invoke, single_params
+from rewardkit.scoring import (
+    CALL_FIELDS,
+    ScorerSpec,
+    call_args,
+    call_with,
+    error_result,
+    fast_fields,
+    field_params,
+    invoke,
+)
 
 
 class NaiveRewardManager(RewardManager):
@@ -26,9 +37,9 @@ class NaiveRewardManager(RewardManager):
 
     def __init__(self, context, **kwargs):
         super().__init__(context, **kwargs)
-        self._routes: dict[str | None, ScorerSpec | None] = {}  # data source -> scorer (routable ones)
-        # data source -> (scorer, its field_params) where the scorer reads only CALL_FIELDS, else None
-        self._field_plans: dict[str | None, tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None] = {}
+        self._plans: dict[str | None, _Plan] = {}  # data source -> (scorer, argument getter): score_now
+        # data source -> _FieldPlan where the scorer reads only CALL_FIELDS, else None
+        self._field_plans: dict[str | None, _FieldPlan | None] = {}
 
     async def score_rules(self, samples: Sequence[Sample]) -> list[SampleResult | None]:
         specs = [self.context.route(s) for s in samples]
@@ -63,48 +74,42 @@ class NaiveRewardManager(RewardManager):
         context = self.context
         if context.backend is not None or not self._plain_naive():
             return None
-        specs: list[ScorerSpec | None] = []
-        failed: dict[int, SampleResult] = {}
-        distinct: dict[int, ScorerSpec] = {}
         route = context.route
-        by_source: dict[str | None, ScorerSpec | None] = {}  # routing reads the data source only
-        for pos, sample in enumerate(samples):
-            ds = sample.data_source
-            if ds in by_source:
-                specs.append(by_source[ds])
-                continue
-            try:
-                spec = route(sample)
-            except SampleError as e:  # not remembered: the error names this sample
-                failed[pos] = context.unroutable_result(e)
-                spec = None
-            else:
-                if spec is not None:
-                    by_source[ds] = spec
-                if id(spec) not in distinct:
-                    distinct[id(spec)] = spec  # type: ignore[assignment]
-            specs.append(spec)
-        if not context.executor.runs_here(distinct.values()):
-            return None
+        here = context.executor.runs_here
+        by_source = self._plans  # routing reads the data source only
+        if len(by_source) > 4096:  # (data sources are few; a caller minting them is not held to it)
+            by_source.clear()
+        seen: dict[int, _Plan] = {}  # the plans of this batch that may run here (kept: ids stay theirs)
+        limit = context.config.max_input_chars
         # No dedup here: a cheap scorer is pure, so a duplicate scored again gets what the copy
         # run_tasks would hand it holds, and its dedup key costs as much as the call.
-        limit = context.config.max_input_chars
-        params: dict[int, tuple[tuple[str, str | None], ...]] = {}
         out: list[SampleResult] = []
         append = out.append
-        for pos, (spec, sample) in enumerate(zip(specs, samples, strict=True)):
-            if spec is None:
-                append(failed[pos])
-            elif limit is not None and len(sample.response) > limit:
-                append(_typed(invoke, spec, sample, limit))  # input_too_large, as invoke says it
-            else:  # invoke's work, its argument list built once per scorer of the batch
-                names = params.get(id(spec))
-                if names is None:
-                    names = params[id(spec)] = single_params(spec.fn)
-                kwargs = {name: sample if attr is None else getattr(sample, attr) for name, attr in names}
-                if spec.kwargs:
-                    kwargs.update(spec.kwargs)
-                append(_typed(call_with, spec, kwargs))
+        last: _Plan | None = None
+        for sample in samples:
+            plan = by_source.get(sample.data_source)
+            if plan is None:
+                try:
+                    spec = route(sample)
+                except SampleError as e:  # not remembered: the error names this sample
+                    append(context.unroutable_result(e))
+                    continue
+                if spec is None:
+                    return None  # (no route's answer: the usual path reports it)
+                plan = by_source[sample.data_source] = (spec, _fields_getter(spec))
+            if plan is not last:
+                if id(plan) not in seen:
+                    # A scorer that may not run here sends the whole batch the usual way (what
+                    # was scored so far is dropped: cheap, pure scorers only).
+                    if not here((plan[0],)):
+                        return None
+                    seen[id(plan)] = plan
+                last = plan
+            if limit is not None and len(sample.response) > limit:
+                append(_typed(invoke, plan[0], sample, limit))  # input_too_large, as invoke says it
+            else:
+                get = plan[1]
+                append(_typed(invoke, plan[0], sample) if get is None else call_args(plan[0], get(sample)))
         return out
 
     def _plain_naive(self) -> bool:
@@ -114,45 +119,49 @@ class NaiveRewardManager(RewardManager):
         return cls.score_rules is NaiveRewardManager.score_rules and cls.ascore is RewardManager.ascore
 
     def score_one_now(self, sample: Sample) -> SampleResult | None:
-        """:meth:`score_now` of one sample, its route remembered per data source (routing reads
-        nothing else); an unroutable sample goes through :meth:`score_now`."""
-        context = self.context
-        if sample.data_source in self._routes:
-            spec = self._routes[sample.data_source]
-        else:
-            if context.backend is not None or not self._plain_naive():
-                return None
-            try:
-                spec = context.route(sample)
-            except SampleError:
-                return super().score_one_now(sample)
-            self._routes[sample.data_source] = spec
-        if spec is None or not context.executor.runs_here((spec,)):
-            return None
-        return _typed(invoke, spec, sample, context.config.max_input_chars)
+        """:meth:`score_now` of one sample, by the plan :meth:`score_now` keeps per data source."""
+        plan = self._plans.get(sample.data_source)
+        if plan is None or not self.context.executor.runs_here((plan[0],)):
+            results = self.score_now((sample,))  # routes it (or fails it unroutable), or says no
+            return None if results is None else results[0]
+        limit = self.context.config.max_input_chars
+        if limit is not None and len(sample.response) > limit:
+            return _typed(invoke, plan[0], sample, limit)
+        get = plan[1]
+        return _typed(invoke, plan[0], sample) if get is None else call_args(plan[0], get(sample))
 
     def score_fields_now(
-        self, data_source: str | None, response: str, ground_truth: Any, extra_info: dict[str, Any]
+        self, data_source: str | None, response: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
     ) -> SampleResult | None:
         """:meth:`score_one_now` without building a sample, where the routed scorer reads only the
-        fields given (verl's per-sample ``compute_score`` path); ``None`` where it does not apply."""
+        fields given (verl's per-sample ``compute_score`` path); ``None`` where it does not apply.
+
+        ``ground_truth`` and ``extra_info`` (a mapping or ``None``) come as the trainer has them:
+        they are made plain Python data (:func:`~rewardkit.inputs.plain`, a copy) only if the
+        scorer reads them."""
         if data_source in self._field_plans:
             plan = self._field_plans[data_source]
         else:
             plan = self._field_plans[data_source] = self._field_plan(data_source)
         if plan is None:
             return None
-        spec, params = plan
+        spec, get, params, reads = plan
         limit = self.context.config.max_input_chars
         if (limit is not None and len(response) > limit) or not self.context.executor.runs_here((spec,)):
             return None
+        if 1 in reads:
+            ground_truth = plain(ground_truth)
+        if 3 in reads:
+            extra_info = {} if extra_info is None else plain(extra_info)
         values = (response, ground_truth, data_source, extra_info)
+        if get is not None:
+            return call_args(spec, get(values))
         kwargs = {name: values[i] for name, i in params}
         if spec.kwargs:
             kwargs.update(spec.kwargs)
         return _typed(call_with, spec, kwargs)
 
-    def _field_plan(self, data_source: str | None) -> tuple[ScorerSpec, tuple[tuple[str, int], ...]] | None:
+    def _field_plan(self, data_source: str | None) -> _FieldPlan | None:
         context = self.context
         if context.backend is not None or not self._plain_naive():
             return None
@@ -163,7 +172,11 @@ class NaiveRewardManager(RewardManager):
         if spec is None or spec.batch:
             return None
         params = field_params(spec.fn)
-        return None if params is None else (spec, params)
+        if params is None:
+            return None
+        attrs = fast_fields(spec)
+        get = None if attrs is None else _getter([CALL_FIELDS.index(a) for a in attrs], itemgetter)
+        return spec, get, params, frozenset(i for _, i in params)
 
 
 def _typed(call: Callable[..., SampleResult], *args: Any) -> SampleResult:
@@ -177,3 +190,35 @@ def _typed(call: Callable[..., SampleResult], *args: Any) -> SampleResult:
         raise
     except BaseException as e:  # noqa: BLE001 - building the result raised (a broken __str__)
         return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
+
+
+#: A routed scorer and how the fast path reads its arguments off a sample (``None``: by keyword).
+_Plan = tuple[ScorerSpec, Callable[[Sample], tuple[Any, ...]] | None]
+#: The same for score_fields_now, whose getter reads a (response, ground_truth, data_source,
+#: extra_info) tuple; with the keyword plan (:func:`~rewardkit.scoring.field_params`) and the
+#: positions in that tuple the scorer reads.
+_FieldPlan = tuple[
+    ScorerSpec,
+    Callable[[tuple[Any, ...]], tuple[Any, ...]] | None,
+    tuple[tuple[str, int], ...],
+    frozenset[int],
+]
+
+
+def _fields_getter(spec: ScorerSpec) -> Callable[[Sample], tuple[Any, ...]] | None:
+    """A function giving the positional arguments of ``spec.fn`` from a sample (see
+    :func:`~rewardkit.scoring.fast_fields`), or ``None``: call it by keyword."""
+    attrs = fast_fields(spec)
+    return None if attrs is None else _getter(attrs, attrgetter)
+
+
+def _getter(
+    keys: Sequence[Any], make: Callable[..., Callable[[Any], Any]]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """``make(*keys)`` (``attrgetter`` / ``itemgetter``) that always gives a tuple."""
+    if len(keys) > 1:
+        return make(*keys)
+    if keys:
+        one = make(keys[0])
+        return lambda obj: (one(obj),)
+    return lambda obj: ()
