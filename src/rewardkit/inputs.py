@@ -253,9 +253,11 @@ def _decoded_samples(
     for i in range(n):
         ds, rm, extra, uid = sources[i], rms[i], extras[i], uids[i]
         if rm is not None:
-            gt = plain(rm.get("ground_truth")) if isinstance(rm, dict | Mapping) else None
+            gt = rm.get("ground_truth") if type(rm) is dict or isinstance(rm, Mapping) else None
         else:
-            gt = plain(gts[i])
+            gt = gts[i]
+        if type(gt) is not str:  # (the common gold, text, needs no conversion)
+            gt = plain(gt)
         s = new(DecodedSample)
         # The fields of Sample, set directly (this loop runs once per sample of every batch).
         s.__dict__ = {
@@ -264,7 +266,7 @@ def _decoded_samples(
             "_prompt": _LAZY,
             "data_source": None if ds is None else ds if type(ds) is str else str(ds),
             "ground_truth": gt,
-            "extra_info": plain(extra) if isinstance(extra, dict | Mapping) else {},
+            "extra_info": plain(extra) if type(extra) is dict or isinstance(extra, Mapping) else {},
             "uid": None if uid is None else uid if type(uid) is str else str(uid),
             "response_length": lengths[i],
             "_prompts": prompt_ids,
