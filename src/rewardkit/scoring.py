@@ -373,43 +373,26 @@ def invoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None = None)
     return call_with(spec, spec.build_kwargs(sample))
 
 
-def call_with(spec: ScorerSpec, kwargs: dict[str, Any]) -> SampleResult:
-    """Call a scorer with its keyword arguments built: what it returned as a result, every failure
-    typed (async scorers run in a private event loop)."""
+def call_with(spec: ScorerSpec, kwargs: Mapping[str, Any], args: tuple[Any, ...] = ()) -> SampleResult:
+    """Call a scorer with its arguments built (``spec.fn(*args, **kwargs)``; the fast path passes
+    the fields positionally, see :func:`fast_fields`): what it returned as a result, every failure
+    typed, turning the return into a result included (async scorers run in a private event loop).
+
+    A ``CancelledError`` is the scorer's own (nothing cancels a synchronous call): typed too."""
     try:
-        value = spec.fn(**kwargs)
+        value = spec.fn(*args, **kwargs) if kwargs else spec.fn(*args)
         if type(value) not in _PLAIN_RETURNS and inspect.isawaitable(value):
             value = asyncio.run(_await(value))
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        return to_result(value)
+    except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - math-verify's TimeoutException is a BaseException
         return error_result(e)
-    return to_result(value)
-
-
-def call_args(spec: ScorerSpec, args: tuple[Any, ...]) -> SampleResult:
-    """:func:`call_with` for the fast path: ``spec.fn(*args, **spec.kwargs)`` (see
-    :func:`fast_fields`); what it returned as a result, every failure typed, a broken ``__str__``
-    included."""
-    try:
-        try:
-            value = spec.fn(*args, **spec.kwargs) if spec.kwargs else spec.fn(*args)
-            if type(value) not in _PLAIN_RETURNS and inspect.isawaitable(value):
-                value = asyncio.run(_await(value))
-            return to_result(value)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - CancelledError too: nothing cancels this call
-            return error_result(e)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 - the exception's own __str__ (or __float__) raised
-        return SampleResult.failed("error", f"{type(e).__name__} (its message could not be formatted)")
 
 
 def fast_fields(spec: ScorerSpec) -> tuple[str, ...] | None:
     """The :class:`Sample` attributes that ``spec.fn`` takes as its first parameters, in their
-    order, so :func:`call_args` can pass them positionally (no keyword dict per sample); ``None``
+    order, so :func:`call_with` can take them positionally (no keyword dict per sample); ``None``
     where it cannot be sure: not a plain function (a wrapper, a callable object), positional-only
     parameters, the sample itself wanted, or ``spec.kwargs`` naming one of those parameters."""
     fn = spec.fn
@@ -461,11 +444,11 @@ async def ainvoke(spec: ScorerSpec, sample: Sample, max_input_chars: int | None 
         value = spec.fn(**spec.build_kwargs(sample))
         if inspect.isawaitable(value):
             value = await value
+        return to_result(value)
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise
     except BaseException as e:  # noqa: BLE001
         return error_result(e)
-    return to_result(value)
 
 
 def invoke_batch(spec: ScorerSpec, samples: Sequence[Sample]) -> list[SampleResult]:

@@ -14,6 +14,7 @@ from rewardkit.integrations import verl as rk_verl
 from rewardkit.testing import install_plugin
 
 CHEAP_PLUGIN = """
+import asyncio
 import rewardkit
 
 def flaky(response):
@@ -25,7 +26,15 @@ def flaky(response):
         return None
     if response == "text":
         return "1.0"
+    if response == "badfloat":
+        return BadFloat()
+    if response == "cancel":
+        raise asyncio.CancelledError("from the scorer")
     return {"score": 0.5, "why": response[:3]}
+
+class BadFloat:  # a return whose conversion to a score raises something float() does not expect
+    def __float__(self):
+        raise RuntimeError("no float here")
 
 @rewardkit.hookimpl
 def register_scorers(register):
@@ -96,12 +105,14 @@ def test_fast_path_equals_the_normal_path_on_gsm8k(gsm8k_test_path, executor):
 
 
 def test_failures_of_a_cheap_scorer_stay_typed_on_the_fast_path():
-    records = [{"data_source": "flaky", "response": r} for r in ("raise", "nan", "none", "text", "ok!", "")]
+    responses = ("raise", "nan", "none", "text", "ok!", "", "badfloat", "cancel")
+    records = [{"data_source": "flaky", "response": r} for r in responses]
     with install_plugin(CHEAP_PLUGIN, name="flaky"), RewardEngine({"executor": "inline"}) as engine:
         fast = engine.compute_here(records)
         assert fast is not None
-        _same(fast, _normal(engine, records))
-        assert fast.status == ["failed", "failed", "abstained", "failed", "ok", "ok"]
+        _same(fast, _normal(engine, records))  # the same text too, where building the result raised
+        assert engine.score_one_here(engine._samples(records[-1:], None)[0]) == fast.samples[-1]
+        assert fast.status == ["failed", "failed", "abstained", "failed", "ok", "ok", "failed", "failed"]
         assert [r.reason for r in fast.samples] == [
             "error",
             "invalid_return",
@@ -109,6 +120,8 @@ def test_failures_of_a_cheap_scorer_stay_typed_on_the_fast_path():
             "invalid_return",
             None,
             None,
+            "error",
+            "error",
         ]
         assert "ValueError: boom" in fast.samples[0].error
         assert fast.samples[4].extra == {"why": "ok!"}
@@ -366,7 +379,7 @@ def test_the_fast_path_passes_each_scorer_shape_its_fields():
     """The fast path passes a plain function's fields positionally (no keyword dict per sample):
     whatever the parameter order, aliases, keyword-only parameters, wrappers that take keywords
     only or configured keyword arguments, each scorer gets what the normal path gives it."""
-    from rewardkit.scoring import call_args, fast_fields
+    from rewardkit.scoring import call_with, fast_fields
 
     names = ["reversed_order", "keyword_only", "alias", "wrapped", "whole"]
     records = [
@@ -388,4 +401,6 @@ def test_the_fast_path_passes_each_scorer_shape_its_fields():
         bonus = specs["reversed_order"].with_kwargs({"bonus": 0.5})
         assert fast_fields(bonus) == ("ground_truth", "response")
         assert fast_fields(specs["reversed_order"].with_kwargs({"response": "a"})) is None
-        assert call_args(bonus, ("a", "a")).score == 1.5  # positional fields, configured keywords
+        assert (
+            call_with(bonus, bonus.kwargs, ("a", "a")).score == 1.5
+        )  # positional fields, configured keywords

@@ -16,7 +16,6 @@ from rewardkit.result import SampleResult
 from rewardkit.scoring import (
     CALL_FIELDS,
     ScorerSpec,
-    call_args,
     call_with,
     error_result,
     fast_fields,
@@ -108,8 +107,10 @@ class NaiveRewardManager(RewardManager):
             if limit is not None and len(sample.response) > limit:
                 append(_typed(invoke, plan[0], sample, limit))  # input_too_large, as invoke says it
             else:
-                get = plan[1]
-                append(_typed(invoke, plan[0], sample) if get is None else call_args(plan[0], get(sample)))
+                spec, get = plan
+                append(
+                    _typed(invoke, spec, sample) if get is None else call_with(spec, spec.kwargs, get(sample))
+                )
         return out
 
     def _plain_naive(self) -> bool:
@@ -118,23 +119,12 @@ class NaiveRewardManager(RewardManager):
         cls = type(self)
         return cls.score_rules is NaiveRewardManager.score_rules and cls.ascore is RewardManager.ascore
 
-    def score_one_now(self, sample: Sample) -> SampleResult | None:
-        """:meth:`score_now` of one sample, by the plan :meth:`score_now` keeps per data source."""
-        plan = self._plans.get(sample.data_source)
-        if plan is None or not self.context.executor.runs_here((plan[0],)):
-            results = self.score_now((sample,))  # routes it (or fails it unroutable), or says no
-            return None if results is None else results[0]
-        limit = self.context.config.max_input_chars
-        if limit is not None and len(sample.response) > limit:
-            return _typed(invoke, plan[0], sample, limit)
-        get = plan[1]
-        return _typed(invoke, plan[0], sample) if get is None else call_args(plan[0], get(sample))
-
     def score_fields_now(
         self, data_source: str | None, response: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
     ) -> SampleResult | None:
-        """:meth:`score_one_now` without building a sample, where the routed scorer reads only the
-        fields given (verl's per-sample ``compute_score`` path); ``None`` where it does not apply.
+        """:meth:`~RewardManager.score_one_now` without building a sample, where the routed scorer
+        reads only the fields given (verl's per-sample ``compute_score`` path); ``None`` where it
+        does not apply.
 
         ``ground_truth`` and ``extra_info`` (a mapping or ``None``) come as the trainer has them:
         they are made plain Python data (:func:`~rewardkit.inputs.plain`, a copy) only if the
@@ -155,7 +145,7 @@ class NaiveRewardManager(RewardManager):
             extra_info = {} if extra_info is None else plain(extra_info)
         values = (response, ground_truth, data_source, extra_info)
         if get is not None:
-            return call_args(spec, get(values))
+            return call_with(spec, spec.kwargs, get(values))
         kwargs = {name: values[i] for name, i in params}
         if spec.kwargs:
             kwargs.update(spec.kwargs)
