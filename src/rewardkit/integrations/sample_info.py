@@ -62,6 +62,8 @@ def sample_info(
     :func:`component_keys` of ``config`` when the caller has it already (a batch)."""
     extra = result.extra
     score = result.score
+    if components is None:
+        components = component_keys(config)
     if (
         type(score) is float
         and result.status == "ok"
@@ -69,22 +71,19 @@ def sample_info(
         and not result.components
         and extra.keys() <= _ACC_PRED
         and not config.extra_keys
-        and not (component_keys(config) if components is None else components)
+        and not components
     ):  # the common sample (a rule scorer's ok score, acc and pred at most): the same dict, at once
-        acc, pred = extra.get("acc"), extra.get("pred")
         return {
             "score": score,
             "status": "ok",
             "reason": "",
             "error": "",
-            "acc": acc if type(acc) in _SCALARS else _plain(acc),
-            "pred": pred if type(pred) in _SCALARS else _plain(pred),
+            "acc": _plain(extra.get("acc")),
+            "pred": _plain(extra.get("pred")),
             "extra": "",
         }
     info: dict[str, Any] = {
-        "score": float(score)
-        if result.status == "ok" and score is not None and math.isfinite(score)
-        else float(fallback_score(result, config)),
+        "score": reported_score(result, config),
         "status": result.status,
         "reason": result.reason or "",
         "error": (result.error or "") if result.status == "failed" else "",
@@ -93,7 +92,7 @@ def sample_info(
     }
     for k in config.extra_keys:
         info.setdefault(k, _plain(extra.get(k)))
-    for key in component_keys(config) if components is None else components:
+    for key in components:
         info.setdefault(key, result.components.get(key[len("component/") :]))
     rest = {k: v for k, v in extra.items() if k not in info} if not extra.keys() <= _ACC_PRED else None
     if result.components:
