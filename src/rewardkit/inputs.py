@@ -200,10 +200,7 @@ def dataproto_samples(
     mask = batch["attention_mask"]
     response_mask = mask[:, prompts.shape[-1] :]
     if response_mask.shape != responses.shape:
-        raise ValueError(
-            f"attention_mask[:, prompt_len:] has shape {tuple(response_mask.shape)} but responses has "
-            f"{tuple(responses.shape)}"
-        )
+        raise _mask_mismatch(tuple(response_mask.shape), responses)
     with paused_gc(len(responses)):
         decode = batch_decoder(tokenizer)
         response_ids, response_lens = _valid_ids(responses, response_mask)
@@ -225,14 +222,17 @@ def dataproto_row(data: Any, tokenizer: Any, *, reward_fn_key: str = "data_sourc
     flags = batch["attention_mask"].tolist()[0]
     prompt_len = prompts.shape[-1]
     if len(flags) - prompt_len != responses.shape[-1]:
-        raise ValueError(
-            f"attention_mask[:, prompt_len:] has shape (1, {len(flags) - prompt_len}) but responses has "
-            f"{tuple(responses.shape)}"
-        )
+        raise _mask_mismatch((1, len(flags) - prompt_len), responses)
     decode = batch_decoder(tokenizer)
     ids = _kept(responses.tolist()[0], flags[prompt_len:])
     prompt_ids = _PromptIds(prompts, batch["attention_mask"], decode)
     return _decoded_samples(data, decode([ids]), [len(ids)], prompt_ids, reward_fn_key)[0]
+
+
+def _mask_mismatch(shape: tuple[int, ...], responses: Any) -> ValueError:
+    return ValueError(
+        f"attention_mask[:, prompt_len:] has shape {shape} but responses has {tuple(responses.shape)}"
+    )
 
 
 def _decoded_samples(

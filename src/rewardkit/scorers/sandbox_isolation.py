@@ -186,9 +186,8 @@ def _bwrap_prefix(config: dict) -> list[str]:
         made.add(path)
     cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     cmd += ["--size", str(config["disk_kb"] * 1024), "--perms", "0700", "--tmpfs", "/sandbox"]
-    if (
-        "/tmp" not in made
-    ):  # else the interpreter lives under /tmp: that path stays read-only, TMPDIR is /sandbox
+    # Where the interpreter lives under /tmp, that path stays read-only (TMPDIR is /sandbox).
+    if "/tmp" not in made:
         cmd += ["--symlink", "/sandbox", "/tmp"]
     cmd += ["--remount-ro", "/", "--chdir", "/", "--"]
     return cmd

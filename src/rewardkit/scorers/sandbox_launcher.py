@@ -101,8 +101,9 @@ def build_root(root):
     owner = c["work_owner"]
     mount("tmpfs", root + "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
           "size=%dk,nr_inodes=%d,mode=0700,uid=%d,gid=%d" % (c["disk_kb"], c["inodes"], owner, owner))
-    if not os.path.lexists(root + "/tmp"):  # else the interpreter lives under /tmp: that path stays
-        os.symlink("/sandbox", root + "/tmp")  # read-only, and TMPDIR (/sandbox) is where to write
+    # Where the interpreter lives under /tmp, that path stays read-only (TMPDIR is /sandbox).
+    if not os.path.lexists(root + "/tmp"):
+        os.symlink("/sandbox", root + "/tmp")
     os.chdir(root)
     number = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
     if number is None:
